@@ -1,0 +1,177 @@
+"""Command line: ``run`` (default), ``scan``, ``check-config``, ``test-alert``.
+
+Flags follow Prometheus exporters (exporter-toolkit names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+
+import orjson
+
+from . import __version__
+from .config import ConfigError, load
+from .decode import parse_timestamp
+
+log = logging.getLogger("exporter")
+
+DEFAULT_LISTEN = "127.0.0.1:9877"
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config.file", dest="config_file", metavar="FILE",
+                   help="YAML configuration file (every key has a default)")
+    p.add_argument("--log.level", dest="log_level", default="info",
+                   choices=["debug", "info", "warn", "error"], help="log level (default: info)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="coding-agent-exporter",
+        description="Prometheus exporter and pager for Claude Code and Codex session transcripts.")
+    parser.add_argument("--version", action="version", version=f"coding-agent-exporter {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="follow the transcript folders and serve /metrics (default)")
+    _common(run)
+    run.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                     help=f"address to serve on (default: {DEFAULT_LISTEN}, loopback only)")
+    run.add_argument("--web.telemetry-path", dest="telemetry_path", default="/metrics", metavar="PATH",
+                     help="path of the metrics endpoint (default: /metrics)")
+    run.add_argument("--web.config.file", dest="web_config", metavar="FILE",
+                     help="exporter-toolkit web config: TLS and basic auth")
+
+    scan = sub.add_parser("scan", help="reduce files or folders once and print one line per session")
+    _common(scan)
+    scan.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
+    scan.add_argument("--json", action="store_true", help="print JSON lines")
+    scan.add_argument("--at", metavar="TIME",
+                      help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
+    scan.add_argument("--provider", choices=["claude_code", "codex"],
+                      help="treat every file as this agent's (default: by folder, else by content)")
+
+    check = sub.add_parser("check-config", help="validate the configuration and print the effective roots")
+    _common(check)
+
+    test = sub.add_parser("test-alert", help="send a test notification through the configured URLs")
+    _common(test)
+    return parser
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper())),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["run", *argv]
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        cfg = load(args.config_file)
+    except ConfigError as e:
+        print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+        return 2
+    if args.command == "scan":
+        return _scan(args, cfg)
+    if args.command == "check-config":
+        return _check(cfg)
+    if args.command == "test-alert":
+        from .alerts import test_alert
+
+        return test_alert(cfg)
+    return _run(args, cfg)
+
+
+def _scan(args, cfg) -> int:
+    from .scan import format_row, print_progress, scan
+
+    at = None
+    if args.at:
+        at = parse_timestamp(args.at)
+        if at is None:
+            try:
+                at = float(args.at)
+            except ValueError:
+                print(f"coding-agent-exporter: --at: not a time: {args.at!r} "
+                      "(use ISO-8601 with a zone, e.g. 2026-05-01T10:00:00Z, or Unix seconds)", file=sys.stderr)
+                return 2
+    try:
+        rows, _store = scan(args.paths, cfg, args.provider, at, progress=print_progress)
+    except FileNotFoundError as e:
+        print(f"coding-agent-exporter: {e}", file=sys.stderr)
+        return 2
+    out = sys.stdout
+    for row in rows:
+        if args.json:
+            out.write(orjson.dumps(row).decode() + "\n")
+        else:
+            out.write(format_row(row) + "\n")
+    return 0
+
+
+def _check(cfg) -> int:
+    from .sources import configured_roots
+
+    for prov, root in configured_roots(cfg):
+        print(f"{prov}: {root} ({'exists' if root.is_dir() else 'does not exist yet'})")
+    from .alerts import describe_targets
+
+    print(describe_targets(cfg))
+    print("configuration OK")
+    return 0
+
+
+def _run(args, cfg) -> int:
+    from .alerts import Alerter
+    from .daemon import Daemon
+    from .metrics import Metrics, SessionCollector
+    from .web import load_web_config, make_app, serve
+
+    try:
+        web = load_web_config(args.web_config)
+    except ConfigError as e:
+        print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+        return 2
+    telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
+    metrics = Metrics()
+    alerter = Alerter.from_config(cfg, metrics)
+    daemon = Daemon(cfg, metrics, alerter)
+    metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users)
+    try:
+        server = serve(app, args.listen, web)
+    except ValueError as e:
+        print(f"coding-agent-exporter: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    scheme = "https" if web.cert_file else "http"
+    host, port = server.server_address[:2]
+    log.info("coding-agent-exporter %s serving %s://%s:%d%s", __version__, scheme,
+             f"[{host}]" if ":" in host else host, port, telemetry)
+    stop = threading.Event()
+
+    def _signal(signum, _frame):
+        log.info("received %s; shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+    alerter.start()
+    daemon.start()
+    while not stop.is_set():
+        stop.wait(1.0)
+    daemon.stop()
+    alerter.stop()
+    server.shutdown()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,218 @@
+"""YAML configuration: every key has a default, so no file is needed.
+
+``config/config.example.yml`` lists every key with its default and meaning.
+:func:`load` validates the file at start; a bad file raises
+:class:`ConfigError` naming the file, the key and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message names the file and the key."""
+
+
+@dataclass
+class ProviderSource:
+    enabled: bool = True
+    #: Roots to watch; empty means the provider's default root.
+    paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Sources:
+    claude_code: ProviderSource = field(default_factory=ProviderSource)
+    codex: ProviderSource = field(default_factory=ProviderSource)
+    #: Use file-system events (inotify/FSEvents/…) besides polling.
+    watch_events: bool = True
+    #: Seconds between stat polls of every known file (the safety net).
+    poll_interval_seconds: float = 2.0
+    #: Longer lines are skipped (counted as oversized), never held in memory.
+    max_line_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass
+class Reducer:
+    #: Quiet seconds after a final assistant text before an inferred completion.
+    inferred_settle_seconds: float = 30.0
+    #: Quiet seconds to wait instead when the agent will still write an
+    #: explicit end marker (Claude ≥2.1 turns over ~30 s write turn_duration).
+    marker_wait_seconds: float = 300.0
+    #: A working session with nothing written for this long is ``stalled``.
+    stall_after_seconds: float = 600.0
+    #: Seconds between evaluations of the time-based rules.
+    evaluation_interval_seconds: float = 1.0
+
+
+@dataclass
+class Metrics:
+    #: Emit per-session series (coding_agent_session_*).
+    per_session: bool = True
+    #: At most this many sessions get per-session series (newest first).
+    max_sessions: int = 500
+    #: Sessions with no record for this long are forgotten.
+    session_ttl_seconds: float = 7 * 24 * 3600.0
+    #: How the ``project`` label is made from the session's cwd.
+    project_label: str = "basename"
+
+
+@dataclass
+class AlertKinds:
+    completed: bool = True
+    error: bool = True
+    stalled: bool = False
+
+
+@dataclass
+class Retry:
+    attempts: int = 6
+    initial_backoff_seconds: float = 2.0
+    max_backoff_seconds: float = 300.0
+
+
+@dataclass
+class Alerts:
+    #: Apprise URLs; secrets: prefer ``url_env`` or ``config_file``.
+    urls: list[str] = field(default_factory=list)
+    #: An Apprise configuration file (text or YAML format).
+    config_file: str | None = None
+    #: Environment variable holding whitespace-separated Apprise URLs.
+    url_env: str = "CODING_AGENT_EXPORTER_APPRISE_URLS"
+    kinds: AlertKinds = field(default_factory=AlertKinds)
+    #: Apprise tag per kind (URLs without a tag get every kind).
+    tags: dict[str, str] = field(default_factory=lambda: {"completed": "completed", "error": "error",
+                                                          "stalled": "stalled"})
+    #: Seconds a completion must stay the session's state before it pages.
+    settle_seconds: float = 5.0
+    #: Completions whose record is older than this never page (0: no limit).
+    max_age_seconds: float = 3600.0
+    #: Put the last assistant message into the body (transcript content!).
+    include_excerpt: bool = False
+    excerpt_chars: int = 200
+    retry: Retry = field(default_factory=Retry)
+
+
+@dataclass
+class Config:
+    sources: Sources = field(default_factory=Sources)
+    reducer: Reducer = field(default_factory=Reducer)
+    metrics: Metrics = field(default_factory=Metrics)
+    alerts: Alerts = field(default_factory=Alerts)
+    #: Where the alert ledger lives; default ``$XDG_STATE_HOME/coding-agent-exporter``.
+    state_dir: str | None = None
+
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir:
+            return Path(self.state_dir).expanduser()
+        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        return Path(base) / "coding-agent-exporter"
+
+
+_PROJECT_LABELS = ("basename", "full", "hashed", "none")
+
+
+def _build(cls, data, where: str, source: str):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: {where or 'top level'}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in names:
+            path = f"{where}.{key}" if where else str(key)
+            raise ConfigError(f"{source}: {path}: unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        path = f"{where}.{f.name}" if where else f.name
+        kwargs[f.name] = _value(hints[f.name], data[f.name], path, source)
+    return cls(**kwargs)
+
+
+def _value(tp, value, path: str, source: str):
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, path, source)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if value is None and type(None) in args:
+            return None
+        tp = next(a for a in args if a is not type(None))
+        return _value(tp, value, path, source)
+    if origin is list:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{source}: {path}: expected a list of strings")
+        return value
+    if origin is dict:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(f"{source}: {path}: expected a mapping of strings")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{source}: {path}: expected true or false, got {value!r}")
+        return value
+    if tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{source}: {path}: expected a number, got {value!r}")
+        if value < 0:
+            raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
+        if tp is int and value != int(value):
+            raise ConfigError(f"{source}: {path}: expected a whole number, got {value!r}")
+        return tp(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{source}: {path}: expected a string, got {value!r}")
+        return value
+    raise ConfigError(f"{source}: {path}: unsupported value {value!r}")
+
+
+def from_mapping(data: dict | None, source: str = "<config>") -> Config:
+    """Build and validate a :class:`Config` from a parsed mapping.
+
+    Raises :class:`ConfigError` naming ``source`` and the dotted key.
+    """
+    cfg = _build(Config, data, "", source)
+    if cfg.metrics.project_label not in _PROJECT_LABELS:
+        raise ConfigError(f"{source}: metrics.project_label: must be one of {', '.join(_PROJECT_LABELS)}, "
+                          f"got {cfg.metrics.project_label!r}")
+    if cfg.sources.poll_interval_seconds <= 0:
+        raise ConfigError(f"{source}: sources.poll_interval_seconds: must be greater than 0")
+    if cfg.sources.max_line_bytes < 1024:
+        raise ConfigError(f"{source}: sources.max_line_bytes: must be at least 1024")
+    if cfg.reducer.evaluation_interval_seconds <= 0:
+        raise ConfigError(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
+    for kind in cfg.alerts.tags:
+        if kind not in ("completed", "error", "stalled"):
+            raise ConfigError(f"{source}: alerts.tags.{kind}: unknown alert kind")
+    return cfg
+
+
+def load(path: str | os.PathLike | None) -> Config:
+    """Load the YAML file at ``path`` (``None``: all defaults).
+
+    Raises :class:`ConfigError` when the file is missing, unreadable, not
+    YAML, or has an unknown key or a bad value.
+    """
+    if path is None:
+        return Config()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return from_mapping(data, str(path))

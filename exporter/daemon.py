@@ -1,0 +1,198 @@
+"""The long-running exporter: discovery + store + evaluation loop + alerts.
+
+One worker thread owns the store: it reads queued paths (from watchdog
+events), polls every known file's stat every ``poll_interval_seconds``, walks
+the roots for new files, and evaluates time-based rules every
+``evaluation_interval_seconds``. Transitions go to the alerter, whose
+delivery runs in its own thread and never blocks reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from .config import Config
+from .discovery import ChangeQueue, Watcher, walk_jsonl
+from .metrics import Metrics
+from .scan import make_store
+from .sources import configured_roots
+
+log = logging.getLogger(__name__)
+
+
+class Daemon:
+    """Follows the configured roots and keeps the store current.
+
+    ``alerter`` (optional) gets ``observe(transitions, now)`` after each
+    evaluation and ``tick(now)`` on every loop.
+    """
+
+    def __init__(self, cfg: Config, metrics: Metrics | None = None, alerter=None):
+        self.cfg = cfg
+        self.metrics = metrics or Metrics()
+        self.store = make_store(cfg, self.metrics)
+        self.store.session_ttl = cfg.metrics.session_ttl_seconds
+        self.roots = configured_roots(cfg)
+        self.alerter = alerter
+        self.queue = ChangeQueue()
+        self.watcher = Watcher(self.roots, self.queue, self._on_dir) if cfg.sources.watch_events else None
+        self.ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._new_dirs: list[str] = []
+        self._dir_lock = threading.Lock()
+        self._missing: set[Path] = set()
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        """Start watching, then read everything there is (backfill) in the
+        worker thread; ``ready`` is set when that first pass is done."""
+        for prov, root in self.roots:
+            if root.is_dir():
+                log.info("reading %s transcripts under %s", prov, root)
+            else:
+                log.info("waiting for %s folder %s (it does not exist yet)", prov, root)
+                self._missing.add(root)
+        if self.watcher:
+            self.watcher.ensure()
+        self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.queue.wake()
+        if self._thread:
+            self._thread.join(timeout=10)
+        if self.watcher:
+            self.watcher.stop()
+
+    # -- worker ------------------------------------------------------------
+    def _on_dir(self, path: str) -> None:
+        with self._dir_lock:
+            self._new_dirs.append(path)
+        self.queue.wake()
+
+    def _run(self) -> None:
+        try:
+            self._backfill()
+        except Exception:  # pragma: no cover - never let the reader die silently
+            log.exception("start-up scan failed")
+        self.ready.set()
+        cfg = self.cfg
+        next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
+        next_eval = 0.0
+        while not self._stop.is_set():
+            now_m = time.monotonic()
+            timeout = max(0.0, min(next_poll, next_eval) - now_m)
+            if self.alerter is not None:
+                timeout = min(timeout, self.alerter.next_due_in())
+            paths = self.queue.take(timeout)
+            try:
+                self._drain_dirs()
+                for p in paths:
+                    self._read(p, live=True)
+                if time.monotonic() >= next_poll:
+                    self._poll()
+                    next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
+                if paths or time.monotonic() >= next_eval:
+                    self._evaluate()
+                    next_eval = time.monotonic() + cfg.reducer.evaluation_interval_seconds
+                if self.alerter is not None:
+                    self.alerter.tick(time.time())
+            except Exception:  # pragma: no cover - keep following files whatever happens
+                log.exception("reader loop error; continuing")
+                time.sleep(0.5)
+
+    def _backfill(self) -> None:
+        started = time.monotonic()
+        files = []
+        for prov, root in self.roots:
+            if root.is_dir():
+                files.extend((p, prov, root) for p in walk_jsonl(root))
+        total, done, last_note = len(files), 0, started
+        for path, prov, root in files:
+            if self.store.track(path, prov, root):
+                self._read(path, live=False)
+            done += 1
+            if time.monotonic() - last_note > 5:
+                last_note = time.monotonic()
+                log.info("start-up scan: %d/%d files", done, total)
+        transitions = self.store.evaluate()
+        if self.alerter is not None:
+            self.alerter.observe(transitions, time.time())
+        log.info("start-up scan done: %d files, %d sessions in %.1f s", total, len(self.store.sessions),
+                 time.monotonic() - started)
+
+    def _read(self, path: str, live: bool) -> None:
+        store = self.store
+        if path not in store.files:
+            hit = self._root_of(path)
+            if hit is None or not os.path.isfile(path) or not store.track(path, hit[0], hit[1]):
+                return
+        if not os.path.exists(path):
+            store.forget(path)
+            return
+        while store.refresh(path, live=live):
+            pass
+
+    def _root_of(self, path: str):
+        for prov, root in self.roots:
+            try:
+                Path(path).relative_to(root)
+                return prov, root
+            except ValueError:
+                continue
+        return None
+
+    def _drain_dirs(self) -> None:
+        with self._dir_lock:
+            dirs, self._new_dirs = self._new_dirs, []
+        for d in dirs:
+            for p in walk_jsonl(Path(d)):
+                if p not in self.store.files:
+                    self._read(p, live=True)
+
+    def _poll(self) -> None:
+        """Stat every known file, walk the roots for new ones, recover what
+        the watcher missed (counted), drop files that vanished."""
+        store, m = self.store, self.metrics
+        counting = self.watcher is not None
+        for prov, root in self.roots:
+            if not root.is_dir():
+                if root not in self._missing:
+                    log.warning("%s folder %s disappeared; waiting for it", prov, root)
+                    self._missing.add(root)
+                continue
+            if root in self._missing:
+                self._missing.discard(root)
+                log.info("%s folder %s appeared; reading it", prov, root)
+            for path in walk_jsonl(root):
+                if path not in store.files and not self.queue.pending(path):
+                    if store.track(path, prov, root):
+                        if counting:
+                            m.poll_recoveries.labels(prov).inc()
+                        self._read(path, live=True)
+        for path in list(store.files):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                store.forget(path)
+                continue
+            except OSError:
+                continue
+            if store.changed(path, st) and not self.queue.pending(path):
+                if counting:
+                    m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
+                self._read(path, live=True)
+        if self.watcher is not None:
+            self.watcher.forget_missing()
+            self.watcher.ensure()
+
+    def _evaluate(self) -> None:
+        transitions = self.store.evaluate()
+        if self.alerter is not None and transitions:
+            self.alerter.observe(transitions, time.time())

@@ -1,0 +1,136 @@
+"""Prometheus instruments and the scrape-time collector of session state.
+
+The exporter's own counters are ordinary prometheus-client instruments in a
+private registry; per-session state is a custom collector that snapshots the
+session store at scrape time, so vanished sessions leave no stale series.
+Known label values are pre-created at 0.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from . import __version__
+from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
+from .reducer import EVIDENCE, STATES
+
+PROVIDERS = ("claude_code", "codex")
+ALERT_KINDS = ("completed", "error", "stalled")
+ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
+
+
+class Metrics:
+    """All instruments of one exporter instance, in their own registry.
+
+    Counters are labelled by ``provider`` (``claude_code``/``codex``) and, where
+    named, ``reason``/``evidence``/``kind``. Durations are seconds.
+    """
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        p = ["provider"]
+        self.lines = Counter("coding_agent_transcript_lines", "Transcript lines read.", p, registry=r)
+        self.bytes = Counter("coding_agent_transcript_bytes", "Transcript bytes consumed.", p, registry=r)
+        self.parse_errors = Counter("coding_agent_transcript_parse_errors",
+                                    "Lines that are not JSON objects, by reason.", p + ["reason"], registry=r)
+        self.skipped = Counter("coding_agent_transcript_skipped_lines",
+                               "Lines skipped without parsing, by reason.", p + ["reason"], registry=r)
+        self.duplicates = Counter("coding_agent_duplicate_events",
+                                  "Records seen again with an identity already applied.", p, registry=r)
+        self.completions = Counter("coding_agent_completions",
+                                   "Main-thread turn completions, by evidence.", p + ["evidence"], registry=r)
+        self.turn_errors = Counter("coding_agent_turn_errors", "Turns ended by a provider error, by kind.",
+                                   p + ["kind"], registry=r)
+        self.poll_recoveries = Counter("coding_agent_poll_recoveries",
+                                       "File changes found by the periodic stat poll, not by a file event.",
+                                       p, registry=r)
+        self.read_errors = Counter("coding_agent_transcript_read_errors",
+                                   "Files that could not be opened or read.", p, registry=r)
+        self.files_watched = Gauge("coding_agent_files_watched", "Transcript files followed.", p, registry=r)
+        self.turn_duration = Histogram("coding_agent_turn_duration_seconds",
+                                       "Time from a turn's start to its completion.", p, registry=r,
+                                       buckets=(5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200))
+        self.alerts = Counter("coding_agent_alerts", "Notifications delivered.", ["kind"], registry=r)
+        self.alerts_failed = Counter("coding_agent_alerts_failed", "Notification delivery attempts that failed.",
+                                     ["kind"], registry=r)
+        self.alerts_dedup = Counter("coding_agent_alerts_deduplicated",
+                                    "Notifications not sent because the ledger had them already.",
+                                    ["kind"], registry=r)
+        self.alert_latency = Histogram("coding_agent_alert_latency_seconds",
+                                       "Time from reading the completion to delivery (settle time included).",
+                                       ["kind"], registry=r,
+                                       buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+        self.series_dropped = Counter("coding_agent_session_series_dropped",
+                                      "Per-session series left out of a scrape by the max_sessions cap.",
+                                      registry=r)
+        build = Gauge("coding_agent_exporter_build_info", "Build of coding-agent-exporter; value 1.",
+                      ["version"], registry=r)
+        build.labels(__version__).set(1)
+        for prov in PROVIDERS:
+            for c in (self.lines, self.bytes, self.duplicates, self.poll_recoveries, self.read_errors):
+                c.labels(prov)
+            self.files_watched.labels(prov)
+            self.turn_duration.labels(prov)
+            for reason in PARSE_ERROR_REASONS:
+                self.parse_errors.labels(prov, reason)
+            for reason in SKIP_REASONS:
+                self.skipped.labels(prov, reason)
+            for ev in EVIDENCE:
+                self.completions.labels(prov, ev)
+            for kind in ERROR_KINDS:
+                self.turn_errors.labels(prov, kind)
+        for kind in ALERT_KINDS:
+            for c in (self.alerts, self.alerts_failed, self.alerts_dedup):
+                c.labels(kind)
+            self.alert_latency.labels(kind)
+
+
+class SessionCollector:
+    """Scrape-time mirror of the session store.
+
+    ``snapshot`` is a callable returning ``(rows, dropped)``: ``rows`` a list
+    of dicts with ``provider``, ``session_id``, ``project``, ``state``,
+    ``since`` and ``last_event_at`` (Unix seconds or None), newest first and
+    already cut to the series cap; ``dropped`` how many sessions the cap left
+    out. ``per_session=False`` emits only the per-state totals.
+    """
+
+    def __init__(self, snapshot, metrics: Metrics, per_session: bool = True):
+        self._snapshot = snapshot
+        self._metrics = metrics
+        self._per_session = per_session
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        rows, counts, dropped = self._snapshot()
+        total = GaugeMetricFamily("coding_agent_sessions", "Sessions by current state.",
+                                  labels=["provider", "state"])
+        for prov in PROVIDERS:
+            for state in STATES:
+                total.add_metric([prov, state], counts.get((prov, state), 0))
+        yield total
+        if not self._per_session:
+            return
+        if dropped:
+            self._metrics.series_dropped.inc(dropped)
+        labels = ["provider", "session_id", "project"]
+        state = GaugeMetricFamily("coding_agent_session_state",
+                                  "Current state of a session (1 for the state it is in).",
+                                  labels=labels + ["state"])
+        since = GaugeMetricFamily("coding_agent_session_state_since_timestamp_seconds",
+                                  "When the session entered its current state (record time).", labels=labels)
+        last = GaugeMetricFamily("coding_agent_session_last_event_timestamp_seconds",
+                                 "Timestamp of the session's newest record.", labels=labels)
+        for row in rows:
+            key = [row["provider"], row["session_id"], row["project"]]
+            state.add_metric(key + [row["state"]], 1)
+            if row["since"] is not None:
+                since.add_metric(key, row["since"])
+            if row["last_event_at"] is not None:
+                last.add_metric(key, row["last_event_at"])
+        yield state
+        yield since
+        yield last

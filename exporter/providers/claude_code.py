@@ -1,0 +1,249 @@
+"""Claude Code transcripts: file layout and record projection.
+
+Format facts (from the files in ``shared/transcripts/claude_code``, Claude
+Code 1.0.98 … 2.1.114):
+
+- Root ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``), one
+  folder per working directory, ``<sessionId>.jsonl`` per session.
+- Subagents: ``<sessionId>/subagents/agent-<id>.jsonl`` (2.1.2+), sibling
+  ``agent-<id>.jsonl`` files carrying the parent's ``sessionId`` (2.0.x), or
+  inline lines with ``isSidechain: true`` (1.0.x).
+- Record fields used: ``type``, ``subtype``, ``uuid``, ``timestamp``,
+  ``sessionId``, ``cwd``, ``version``, ``isSidechain``, ``isMeta``,
+  ``isCompactSummary``, ``isApiErrorMessage``, ``error``, ``apiErrorStatus``,
+  ``durationMs``, ``data.type``, ``toolUseResult``,
+  ``message.{role,content,stop_reason,model,id}``.
+- ``message.stop_reason`` is null on almost every 2.1.x assistant line;
+  ``system/turn_duration`` is written only for turns over about 30 s (2.1.x),
+  ``system/stop_hook_summary`` only when Stop hooks are configured.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from ..decode import parse_timestamp
+from ..events import Event, Kind
+
+NAME = "claude_code"
+LABEL = "Claude Code"
+
+#: Turns longer than this get a ``system/turn_duration`` record (2.1.x).
+TURN_DURATION_THRESHOLD_SECONDS = 30.0
+
+_SESSION_FILE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]*\.jsonl$")
+# User-typed local commands, ``!`` shell escapes and their outputs: metadata.
+_META_PREFIXES = (
+    "<command-name>",
+    "<command-message>",
+    "<command-args>",
+    "<local-command-",
+    "<bash-input>",
+    "<bash-stdout>",
+    "<bash-stderr>",
+    "Caveat: The messages below",
+)
+_INTERRUPT_PREFIX = "[Request interrupted by user"
+_END_STOP_REASONS = ("end_turn", "stop_sequence")
+_COMPLETE_SUBTYPES = ("turn_duration", "stop_hook_summary")
+_EXCERPT_CHARS = 2000
+
+
+def default_roots() -> list[Path]:
+    """``$CLAUDE_CONFIG_DIR/projects``, else ``~/.claude/projects``."""
+    base = os.environ.get("CLAUDE_CONFIG_DIR")
+    return [Path(base) / "projects" if base else Path.home() / ".claude" / "projects"]
+
+
+def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
+    """Where a file under a Claude root belongs.
+
+    Returns ``(session_id, sidechain)`` or ``None`` when the file is not a
+    transcript. ``session_id`` is ``None`` when only the records can tell
+    (2.0.x sibling ``agent-*.jsonl`` files carry the parent's ``sessionId``).
+    """
+    name = path.name
+    if not name.endswith(".jsonl"):
+        return None
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        parts = path.parts[-4:]
+    if name.startswith("agent-"):
+        # <project>/<sessionId>/subagents/agent-<id>.jsonl (2.1.2+)
+        if len(parts) >= 3 and parts[-2] == "subagents":
+            return parts[-3], True
+        return None, True  # sibling file (2.0.x): sessionId from the records
+    if not _SESSION_FILE.match(name):
+        return None
+    return name[: -len(".jsonl")], False
+
+
+def sniff(obj: dict) -> bool:
+    """True when a decoded record looks like a Claude Code transcript line."""
+    return "sessionId" in obj or "uuid" in obj or obj.get("type") in ("summary", "file-history-snapshot")
+
+
+def _text_of(content) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    return text
+    return None
+
+
+def _error_kind(obj: dict) -> str:
+    err = obj.get("error")
+    status = obj.get("apiErrorStatus")
+    err = err if isinstance(err, str) else ""
+    if "rate_limit" in err or status == 429:
+        return "rate_limit"
+    if "overloaded" in err or status == 529:
+        return "overloaded"
+    if "auth" in err or status in (401, 403):
+        return "auth"
+    if "billing" in err or "credit" in err:
+        return "billing"
+    return "api_error"
+
+
+def _version_at_least(version, major: int, minor: int) -> bool:
+    if not isinstance(version, str):
+        return False
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
+class FileDecoder:
+    """Projects the records of one Claude Code file into events.
+
+    ``sidechain_file`` marks every record of a subagent file as sidechain.
+    Keeps the start time of the current main-thread turn so that an assistant
+    text line can say whether a ``turn_duration`` record will still follow.
+    """
+
+    def __init__(self, sidechain_file: bool = False):
+        self.sidechain_file = sidechain_file
+        self._turn_start: float | None = None
+
+    def project(self, obj: dict) -> Event | None:
+        """One decoded record to an :class:`Event` (``None`` to ignore it)."""
+        rtype = obj.get("type")
+        ts = parse_timestamp(obj.get("timestamp"))
+        ident = obj.get("uuid")
+        if not isinstance(ident, str):
+            ident = None
+        sid = obj.get("sessionId")
+        ev = Event(
+            Kind.META,
+            ts=ts,
+            ident=ident,
+            sidechain=self.sidechain_file or obj.get("isSidechain") is True,
+            session_id=sid if isinstance(sid, str) else None,
+            cwd=obj.get("cwd") if isinstance(obj.get("cwd"), str) else None,
+        )
+        if rtype == "assistant":
+            self._assistant(obj, ev)
+        elif rtype == "user":
+            self._user(obj, ev)
+        elif rtype == "system":
+            sub = obj.get("subtype")
+            if sub in _COMPLETE_SUBTYPES:
+                ev.kind = Kind.COMPLETE
+                ev.detail = sub
+                dur = obj.get("durationMs")
+                if isinstance(dur, (int, float)) and not isinstance(dur, bool):
+                    ev.duration = dur / 1000.0
+            elif sub == "api_error":
+                ev.kind = Kind.ACTIVITY  # retried by Claude Code: still working
+                ev.detail = "api_error_retry"
+        elif rtype == "progress":
+            data = obj.get("data")
+            if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
+                ev.kind = Kind.ACTIVITY
+        if ev.sidechain and ev.kind != Kind.META:
+            ev.kind = Kind.ACTIVITY
+        if ev.kind == Kind.START and not ev.sidechain and ts is not None:
+            self._turn_start = ts
+        return ev
+
+    def _user(self, obj: dict, ev: Event) -> None:
+        if obj.get("isMeta") is True or obj.get("isCompactSummary") is True:
+            return
+        msg = obj.get("message")
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            kinds = {b.get("type") for b in content if isinstance(b, dict)}
+            text = _text_of(content)
+            if text is not None and text.startswith(_INTERRUPT_PREFIX):
+                ev.kind = Kind.INTERRUPT
+            elif "tool_result" in kinds or "toolUseResult" in obj:
+                ev.kind = Kind.WORK
+                ev.detail = "tool_result"
+            elif text is not None and text.lstrip().startswith(_META_PREFIXES):
+                return
+            elif kinds:
+                ev.kind = Kind.START
+                ev.detail = "prompt"
+        elif isinstance(content, str):
+            if content.startswith(_INTERRUPT_PREFIX):
+                ev.kind = Kind.INTERRUPT
+            elif content.lstrip().startswith(_META_PREFIXES):
+                return
+            else:
+                ev.kind = Kind.START
+                ev.detail = "prompt"
+
+    def _assistant(self, obj: dict, ev: Event) -> None:
+        msg = obj.get("message")
+        if not isinstance(msg, dict):
+            msg = {}
+        mid = msg.get("id")
+        ev.message_id = mid if isinstance(mid, str) else None
+        content = msg.get("content")
+        if obj.get("isApiErrorMessage") is True:
+            ev.kind = Kind.ERROR
+            ev.error_kind = _error_kind(obj)
+            ev.detail = "api_error_message"
+            return
+        if msg.get("model") == "<synthetic>":
+            # Synthetic records Claude Code writes in place of a reply
+            # (e.g. "No response requested."): not a normal success.
+            ev.kind = Kind.ERROR
+            ev.error_kind = "no_response"
+            ev.detail = "synthetic"
+            return
+        kinds = set()
+        if isinstance(content, list):
+            kinds = {b.get("type") for b in content if isinstance(b, dict)}
+        elif isinstance(content, str) and content:
+            kinds = {"text"}
+        if "tool_use" in kinds or "server_tool_use" in kinds:
+            ev.kind = Kind.WORK
+            ev.detail = "tool_use"
+            return
+        if "text" not in kinds:
+            ev.kind = Kind.WORK
+            ev.detail = "thinking"
+            return
+        text = _text_of(content)
+        ev.text = text[:_EXCERPT_CHARS] if text else None
+        if msg.get("stop_reason") in _END_STOP_REASONS:
+            ev.kind = Kind.COMPLETE
+            ev.detail = "end_turn"
+            return
+        ev.kind = Kind.OUTPUT
+        ev.detail = "assistant_text"
+        if (
+            self._turn_start is not None
+            and ev.ts is not None
+            and ev.ts - self._turn_start > TURN_DURATION_THRESHOLD_SECONDS
+            and _version_at_least(obj.get("version"), 2, 1)
+        ):
+            ev.expects_marker = True

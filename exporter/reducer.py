@@ -1,0 +1,156 @@
+"""Reducer: ordered evidence of one session to its state.
+
+Rules, in order (see README "States and evidence"):
+
+1. Malformed records never reach here; the reducer keeps going regardless.
+2. Significant main-thread events are ordered by their own timestamps, file
+   order breaking ties; the latest one decides the state. Duplicates are
+   filtered before (by identity) in the session store.
+3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
+   write time) but never complete it and never supersede a completion.
+4. A provider error ends the turn as ``error``; an explicit completion that
+   follows an error in the same turn (Codex writes ``task_complete`` after a
+   usage-limit ``error``) stays ``error``.
+5. A completion stands only while no later main-thread start, work or output
+   exists. An ``OUTPUT`` (assistant text) that stays last becomes an
+   *inferred* completion once every file of the session has been quiet for
+   ``inferred_settle`` seconds (``marker_wait`` when the agent version will
+   still write an explicit marker for this turn).
+6. A working session with nothing written for ``stall_after`` seconds is
+   ``stalled``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .events import Event, Kind
+
+STATES = ("working", "completed", "error", "interrupted", "stalled", "unknown")
+EVIDENCE = ("explicit", "inferred")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Time-based rules, all in seconds."""
+
+    inferred_settle: float = 30.0
+    marker_wait: float = 300.0
+    stall_after: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A session's state at one instant.
+
+    ``turn`` is the turn's stable key (globally unique where the provider
+    gives an id); ``evidence`` is ``explicit``/``inferred`` for ``completed``;
+    ``error_kind`` is set for ``error``; ``since`` is the semantic time (Unix
+    seconds) the state began; ``live`` is False when the deciding record was
+    read during the start-up backfill.
+    """
+
+    state: str
+    turn: str | None = None
+    evidence: str | None = None
+    detail: str | None = None
+    error_kind: str | None = None
+    since: float | None = None
+    live: bool = False
+    duration: float | None = None
+
+
+class SessionReducer:
+    """Folds one session's events into its state.
+
+    ``apply(event, seq, live)`` takes events in arrival order; ``seq`` is the
+    session-wide arrival number used to break timestamp ties. ``status(now,
+    last_write)`` evaluates the time-based rules at ``now`` given the last
+    time any file of the session was written (both Unix seconds).
+    """
+
+    __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto")
+
+    def __init__(self, timing: Timing):
+        self.timing = timing
+        self._last: Event | None = None
+        self._last_key: tuple[float, int] = (float("-inf"), -1)
+        self._last_live = False
+        self.turn: str | None = None
+        self._turn_auto = True  # the turn key was derived, not a provider turn id
+        self._turn_start: float | None = None
+        self._turn_error: str | None = None
+        self.last_event_ts: float | None = None
+        self.last_text: str | None = None
+
+    def apply(self, ev: Event, seq: int, live: bool, ident_key: str | None = None) -> None:
+        """Apply one event. ``ident_key`` is a stable, globally unique string
+        for the record (used to name the turn it starts)."""
+        if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
+            self.last_event_ts = ev.ts
+        kind = ev.kind
+        if kind not in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT) or ev.sidechain:
+            return
+        key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
+        if key < self._last_key:
+            return  # older than what already decided the state
+        prev = self._last.kind if self._last is not None else None
+        terminal = prev in (None, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT)
+        if kind == Kind.START:
+            if prev != Kind.START:
+                self._new_turn(ev, ident_key)
+            elif ev.turn_id and self._turn_auto:
+                self.turn, self._turn_auto = ev.turn_id, False
+        elif kind in (Kind.WORK, Kind.OUTPUT) and terminal:
+            self._new_turn(ev, ident_key)
+        elif self.turn is None:
+            self._new_turn(ev, ident_key)
+        if kind == Kind.ERROR:
+            self._turn_error = ev.error_kind or "api_error"
+        elif kind in (Kind.START, Kind.WORK, Kind.OUTPUT):
+            self._turn_error = None
+        if ev.text is not None and kind in (Kind.OUTPUT, Kind.COMPLETE):
+            self.last_text = ev.text
+        self._last, self._last_key, self._last_live = ev, key, live
+
+    def _new_turn(self, ev: Event, ident_key: str | None) -> None:
+        if ev.turn_id:
+            self.turn, self._turn_auto = ev.turn_id, False
+        else:
+            self.turn, self._turn_auto = ident_key, True
+        self._turn_start = ev.ts
+        self._turn_error = None
+
+    def status(self, now: float, last_write: float) -> Status:
+        """The state at ``now`` (Unix seconds); ``last_write`` is the newest
+        modification time of the session's files (Unix seconds)."""
+        last = self._last
+        if last is None:
+            return Status("unknown")
+        kind = last.kind
+        common = dict(turn=self.turn, since=last.ts, live=self._last_live, detail=last.detail)
+        if kind == Kind.COMPLETE:
+            if self._turn_error:
+                return Status("error", error_kind=self._turn_error, **common)
+            return Status("completed", evidence="explicit", duration=self._duration(last), **common)
+        if kind == Kind.ERROR:
+            return Status("error", error_kind=self._turn_error, **common)
+        if kind == Kind.INTERRUPT:
+            return Status("interrupted", **common)
+        quiet = now - last_write
+        if kind == Kind.OUTPUT:
+            wait = self.timing.marker_wait if last.expects_marker else self.timing.inferred_settle
+            if quiet >= wait:
+                return Status("completed", evidence="inferred", duration=self._duration(last), **common)
+        if quiet >= self.timing.stall_after:
+            common["since"] = last_write + self.timing.stall_after
+            return Status("stalled", **common)
+        return Status("working", **common)
+
+    def _duration(self, last: Event) -> float | None:
+        if last.duration is not None:
+            return last.duration
+        if self._turn_start is not None and last.ts is not None and last.ts >= self._turn_start:
+            return last.ts - self._turn_start
+        return None

@@ -1,0 +1,339 @@
+"""Session store: files → tailers → decoder → reducers, plus counters.
+
+One owner thread calls :meth:`SessionStore.refresh`, :meth:`forget` and
+:meth:`evaluate`; scrapes call :meth:`snapshot` from other threads (guarded by
+a lock). Provider knowledge stays in ``exporter.providers``; the store only
+routes files to sessions and counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from .decode import LineError, decode_line
+from .events import Kind
+from .metrics import Metrics
+from .providers import claude_code, codex
+from .reducer import SessionReducer, Status, Timing
+from .tailer import Tailer
+
+log = logging.getLogger(__name__)
+
+PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
+
+
+def project_label(cwd: str | None, mode: str) -> str:
+    """The ``project`` label from a working directory: ``basename`` (last path
+    component), ``full``, ``hashed`` (8 hex digits of SHA-256) or ``none``."""
+    if not cwd or mode == "none":
+        return ""
+    if mode == "full":
+        return cwd
+    if mode == "hashed":
+        return hashlib.sha256(cwd.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return cwd.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+@dataclass
+class SessionCounters:
+    """Per-session reading counters (shown by ``scan``)."""
+
+    lines: int = 0
+    bytes: int = 0
+    parse_errors: int = 0
+    skipped: int = 0
+    duplicates: int = 0
+    events: int = 0
+
+
+@dataclass
+class Session:
+    """One agent session: its reducer, files and identity."""
+
+    provider: str
+    session_id: str
+    reducer: SessionReducer
+    cwd: str | None = None
+    hidden: bool = False  # a Codex subagent rollout with no known parent
+    files: set = field(default_factory=set)
+    last_write: float = 0.0
+    seq: int = 0
+    seen: set = field(default_factory=set)
+    counters: SessionCounters = field(default_factory=SessionCounters)
+    status: Status = field(default_factory=lambda: Status("unknown"))
+    completed_turns: set = field(default_factory=set)
+    error_turns: set = field(default_factory=set)
+
+
+class _File:
+    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts")
+
+    def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
+        self.path = path
+        self.provider = provider
+        self.tailer = tailer
+        self.decoder = provider.FileDecoder(sidechain_file=sidechain)
+        self.session: Session | None = None
+        self.sidechain = sidechain
+        self.name_sid = sid
+        self.last_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A session's status changed (``old`` → ``new``)."""
+
+    session: Session
+    old: Status
+    new: Status
+
+
+class SessionStore:
+    """Holds every followed file and session.
+
+    ``timing`` gives the reducer's time rules; ``max_line_bytes`` the tailer's
+    line cap; ``project_mode`` the ``project`` label mode.
+    """
+
+    def __init__(self, metrics: Metrics, timing: Timing, max_line_bytes: int, project_mode: str = "basename",
+                 max_sessions: int = 500, session_ttl: float = 7 * 86400.0):
+        self.metrics = metrics
+        self.timing = timing
+        self.max_line_bytes = max_line_bytes
+        self.project_mode = project_mode
+        self.max_sessions = max_sessions
+        self.session_ttl = session_ttl
+        self.files: dict[str, _File] = {}
+        self.sessions: dict[tuple[str, str], Session] = {}
+        self._lock = threading.Lock()
+        self._dirty: set[tuple[str, str]] = set()
+
+    # -- files -------------------------------------------------------------
+    def track(self, path: str, provider: str, root: Path | None = None) -> bool:
+        """Start following ``path`` for ``provider``. Returns False when the
+        provider says the file is not a transcript."""
+        if path in self.files:
+            return True
+        mod = PROVIDER_MODULES[provider]
+        role = mod.classify_path(root or Path(path).parent, Path(path))
+        if role is None:
+            return False
+        sid, sidechain = role
+        self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        self.metrics.files_watched.labels(provider).inc()
+        return True
+
+    def forget(self, path: str) -> None:
+        """Stop following a file that disappeared."""
+        f = self.files.pop(path, None)
+        if f is None:
+            return
+        self.metrics.files_watched.labels(f.provider.NAME).dec()
+        if f.session is not None:
+            f.session.files.discard(path)
+
+    def changed(self, path: str, st: os.stat_result) -> bool:
+        """True when ``st`` differs from what the file's last read saw."""
+        f = self.files.get(path)
+        return f is not None and not f.tailer.unchanged(st)
+
+    def refresh(self, path: str, live: bool, final: bool = False) -> int:
+        """Read what was appended to ``path`` and apply it.
+
+        ``live``: the bytes are news (read after start-up), so completions
+        they carry may page. ``final``: also take an unterminated last line
+        (one-shot scans). Returns the number of bytes consumed. A file that
+        cannot be read is counted and logged, never raised.
+        """
+        f = self.files.get(path)
+        if f is None:
+            return 0
+        prov = f.provider.NAME
+        try:
+            res = f.tailer.read(final=final)
+        except FileNotFoundError:
+            self.forget(path)
+            return 0
+        except OSError as e:
+            self.metrics.read_errors.labels(prov).inc()
+            log.warning("cannot read %s: %s", path, e.strerror or e)
+            return 0
+        m = self.metrics
+        with self._lock:
+            if res.reset:
+                f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
+                log.info("%s was truncated or replaced; reading it again from the start", path)
+            if res.oversized:
+                m.skipped.labels(prov, "oversized").inc(res.oversized)
+            for line in res.lines:
+                self._line(f, line, live)
+            if res.bytes_read:
+                m.bytes.labels(prov).inc(res.bytes_read)
+            if f.session is not None:
+                s = f.session
+                s.counters.bytes += res.bytes_read
+                s.counters.skipped += res.oversized
+                s.last_write = max(s.last_write, f.tailer.mtime_ns / 1e9)
+                self._dirty.add((s.provider, s.session_id))
+        return res.bytes_read
+
+    def _line(self, f: _File, line: bytes, live: bool) -> None:
+        m = self.metrics
+        prov = f.provider.NAME
+        m.lines.labels(prov).inc()
+        try:
+            obj = decode_line(line)
+        except LineError as e:
+            m.parse_errors.labels(prov, e.reason).inc()
+            if f.session is not None:
+                f.session.counters.parse_errors += 1
+                f.session.counters.lines += 1
+            return
+        if obj is None:
+            m.skipped.labels(prov, "blank").inc()
+            return
+        ev = f.decoder.project(obj)
+        if ev is None:
+            return
+        if ev.ts is None:
+            ev.ts = f.last_ts
+        elif f.last_ts is None or ev.ts > f.last_ts:
+            f.last_ts = ev.ts
+        s = f.session or self._bind(f, ev)
+        if s is None:
+            return
+        s.counters.lines += 1
+        if ev.cwd and not s.cwd:
+            s.cwd = ev.cwd
+        if ev.kind == Kind.SESSION or ev.kind == Kind.META:
+            s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
+            return
+        ident = ev.ident
+        if ident is None:
+            ident = hashlib.blake2b(line, digest_size=12).hexdigest()
+            key = f"{s.session_id}:{ident}"
+        else:
+            key = ident
+        if ident in s.seen:
+            m.duplicates.labels(prov).inc()
+            s.counters.duplicates += 1
+            return
+        s.seen.add(ident)
+        s.seq += 1
+        s.counters.events += 1
+        s.reducer.apply(ev, s.seq, live, key)
+
+    def _bind(self, f: _File, ev) -> Session | None:
+        """Attach a file to its session once its first record is known."""
+        prov = f.provider.NAME
+        sid = f.name_sid
+        if ev.kind == Kind.SESSION:
+            if ev.subagent:
+                f.sidechain = True
+                f.decoder.sidechain_file = True
+                sid = ev.parent_id or ev.session_id or sid
+            else:
+                sid = ev.session_id or sid
+        elif f.sidechain and sid is None:
+            sid = ev.session_id  # 2.0.x sibling agent file: parent's sessionId
+        if sid is None:
+            sid = ev.session_id or Path(f.path).stem
+        key = (prov, sid)
+        s = self.sessions.get(key)
+        if s is None:
+            s = Session(prov, sid, SessionReducer(self.timing))
+            s.hidden = f.sidechain
+            self.sessions[key] = s
+        if not f.sidechain:
+            s.hidden = False
+        s.files.add(f.path)
+        f.session = s
+        return s
+
+    # -- evaluation --------------------------------------------------------
+    def evaluate(self, now: float | None = None) -> list[Transition]:
+        """Evaluate sessions whose status may have changed (new records, or a
+        time-based rule pending) at ``now`` (Unix seconds; default the clock).
+        Counts completions, errors and turn durations once per turn."""
+        now = time.time() if now is None else now
+        out = []
+        with self._lock:
+            keys = set(self._dirty)
+            self._dirty.clear()
+            for key, s in self.sessions.items():
+                if s.status.state in ("working", "stalled"):
+                    keys.add(key)
+            for key in keys:
+                s = self.sessions.get(key)
+                if s is None:
+                    continue
+                new = s.reducer.status(now, s.last_write)
+                old = s.status
+                if new == old:
+                    continue
+                s.status = new
+                self._count(s, new)
+                out.append(Transition(s, old, new))
+        return out
+
+    def _count(self, s: Session, st: Status) -> None:
+        if s.hidden or st.turn is None:
+            return
+        if st.state == "completed" and st.turn not in s.completed_turns:
+            s.completed_turns.add(st.turn)
+            self.metrics.completions.labels(s.provider, st.evidence).inc()
+            if st.duration is not None and st.duration >= 0:
+                self.metrics.turn_duration.labels(s.provider).observe(st.duration)
+        elif st.state == "error" and st.turn not in s.error_turns:
+            s.error_turns.add(st.turn)
+            self.metrics.turn_errors.labels(s.provider, st.error_kind or "api_error").inc()
+
+    # -- views -------------------------------------------------------------
+    def rows(self, now: float | None = None) -> list[dict]:
+        """Visible sessions as dicts (provider, session_id, project, state,
+        evidence, error_kind, since, last_event_at, last_write, counters),
+        newest first, within the session TTL."""
+        now = time.time() if now is None else now
+        rows = []
+        for s in self.sessions.values():
+            if s.hidden or (self.session_ttl and now - s.last_write > self.session_ttl):
+                continue
+            st = s.status
+            rows.append({
+                "provider": s.provider,
+                "session_id": s.session_id,
+                "project": project_label(s.cwd, self.project_mode),
+                "state": st.state,
+                "evidence": st.evidence,
+                "detail": st.detail,
+                "error_kind": st.error_kind,
+                "turn": st.turn,
+                "since": st.since,
+                "last_event_at": s.reducer.last_event_ts,
+                "last_write": s.last_write,
+                "files": len(s.files),
+                "counters": dict(vars(s.counters)),
+            })
+        rows.sort(key=lambda r: r["last_write"], reverse=True)
+        return rows
+
+    def snapshot(self):
+        """For the collector: ``(rows cut to max_sessions, counts by
+        (provider, state), how many the cap left out)``."""
+        with self._lock:
+            rows = self.rows()
+        counts: dict[tuple[str, str], int] = {}
+        for r in rows:
+            counts[(r["provider"], r["state"])] = counts.get((r["provider"], r["state"]), 0) + 1
+        dropped = max(0, len(rows) - self.max_sessions) if self.max_sessions else 0
+        return (rows[: self.max_sessions] if self.max_sessions else rows), counts, dropped
+
+    def session(self, provider: str, session_id: str) -> Session | None:
+        return self.sessions.get((provider, session_id))
