@@ -8,7 +8,7 @@ Known label values are pre-created at 0.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily
 
 from . import __version__
@@ -28,6 +28,7 @@ class Metrics:
     """
 
     def __init__(self) -> None:
+        disable_created_metrics()  # *_created series only add noise to dashboards
         r = self.registry = CollectorRegistry(auto_describe=True)
         p = ["provider"]
         self.lines = Counter("coding_agent_transcript_lines", "Transcript lines read.", p, registry=r)

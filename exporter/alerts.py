@@ -1,0 +1,360 @@
+"""Alerts: exactly one Apprise page per validated main-thread completion.
+
+Flow: a session transition into ``completed``/``error``/``stalled`` that was
+read live (not backfill) and is younger than ``max_age_seconds`` becomes a
+*pending* alert keyed by (kind, provider, turn). After ``settle_seconds`` it
+is sent only if it is still the session's current state. Delivery runs in a
+worker thread, one Apprise object per target so that a retry (exponential
+backoff) reaches only the targets that failed. The ledger in ``state_dir``
+(written atomically) records pending and sent alerts, so restarts, re-reads,
+duplicated file events and replayed history never page twice, and an alert
+pending at a crash is sent after the restart.
+
+Privacy: titles name the agent and project only; the assistant's last
+message goes into the body only with ``alerts.include_excerpt: true``; target
+URLs are logged in Apprise's privacy form (no secrets).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import apprise
+
+from .config import Config
+from .metrics import Metrics
+from .persist import load_json, save_json
+from .store import PROVIDER_MODULES, Session, Transition, project_label
+
+log = logging.getLogger(__name__)
+
+LEDGER_FILE = "alerts-ledger.json"
+LEDGER_KEEP_SECONDS = 30 * 86400
+LEDGER_MAX_ENTRIES = 50_000
+
+
+@dataclass
+class Target:
+    """One configured notification service."""
+
+    name: str  # privacy-safe URL, for logs and test-alert output
+    tags: frozenset
+    apobj: apprise.Apprise
+
+    def wants(self, tag: str) -> bool:
+        return not self.tags or tag in self.tags or "always" in self.tags
+
+
+def _split_tags(entry: str) -> tuple[list[str], str]:
+    """``"error,completed=json://host"`` → (["error", "completed"], url);
+    a plain URL has no tags (it gets every kind)."""
+    eq, scheme = entry.find("="), entry.find("://")
+    if 0 < eq and (scheme < 0 or eq < scheme):
+        tags = [t.strip() for t in entry[:eq].replace(" ", ",").split(",") if t.strip()]
+        return tags, entry[eq + 1:].strip()
+    return [], entry.strip()
+
+
+def build_targets(cfg: Config) -> list[Target]:
+    """Targets from ``alerts.urls``, ``alerts.config_file`` and the
+    ``alerts.url_env`` environment variable. Raises ``ValueError`` naming the
+    key for a URL Apprise does not understand (the URL itself is not shown)."""
+    entries = list(cfg.alerts.urls)
+    env = os.environ.get(cfg.alerts.url_env, "") if cfg.alerts.url_env else ""
+    entries += [e for e in env.split() if e]
+    plugins = []
+    for i, entry in enumerate(entries):
+        tags, url = _split_tags(entry)
+        plugin = apprise.Apprise.instantiate(url, tag=tags or None)
+        if plugin is None:
+            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else f"${cfg.alerts.url_env}"
+            raise ValueError(f"{where}: not an Apprise URL that this installation supports")
+        plugins.append(plugin)
+    if cfg.alerts.config_file:
+        path = Path(cfg.alerts.config_file).expanduser()
+        if not path.is_file():
+            raise ValueError(f"alerts.config_file: {path}: no such file")
+        ac = apprise.AppriseConfig()
+        ac.add(str(path))
+        holder = apprise.Apprise()
+        holder.add(ac)
+        plugins.extend(list(holder))
+    targets = []
+    for plugin in plugins:
+        ap = apprise.Apprise()
+        ap.add(plugin)
+        targets.append(Target(plugin.url(privacy=True), frozenset(plugin.tags or ()), ap))
+    return targets
+
+
+def describe_targets(cfg: Config) -> str:
+    """One line saying where alerts go (privacy-safe), or that they are off."""
+    try:
+        targets = build_targets(cfg)
+    except ValueError as e:
+        return f"alerts: configuration error: {e}"
+    if not targets:
+        return "alerts: off (no Apprise URLs configured)"
+    kinds = [k for k in ("completed", "error", "stalled") if getattr(cfg.alerts.kinds, k)]
+    return f"alerts: {', '.join(kinds) or 'no kinds'} to {len(targets)} target(s): " + \
+        ", ".join(t.name for t in targets)
+
+
+def test_alert(cfg: Config) -> int:
+    """Send a test notification to every target; print one line per target.
+    Returns 0 when all succeeded, 1 otherwise (or when none is configured)."""
+    try:
+        targets = build_targets(cfg)
+    except ValueError as e:
+        print(f"coding-agent-exporter: configuration error: {e}")
+        return 2
+    if not targets:
+        print("no Apprise URLs configured (alerts.urls, alerts.config_file or "
+              f"${cfg.alerts.url_env}); nothing sent")
+        return 1
+    failed = 0
+    for t in targets:
+        res = t.apobj.notify(body="This is a test notification from coding-agent-exporter.",
+                             title="coding-agent-exporter · test")
+        ok = bool(res)
+        failed += not ok
+        print(f"{'ok    ' if ok else 'FAILED'} {t.name}")
+    return 1 if failed else 0
+
+
+def _fmt_duration(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    seconds = int(round(seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h {m}m {s}s" if h else (f"{m}m {s}s" if m else f"{s}s")
+
+
+@dataclass
+class Pending:
+    key: str
+    kind: str
+    session: Session
+    turn: str
+    state: str
+    title: str
+    body: str
+    first_seen: float
+    due: float
+    attempt: int = 0
+    remaining: list = field(default_factory=list)  # target indexes still to deliver to
+
+
+class Alerter:
+    """Turns session transitions into pages. Thread-safe where it matters:
+    ``observe``/``tick`` run on the reader thread, delivery in its own."""
+
+    def __init__(self, cfg: Config, metrics: Metrics, targets: list[Target]):
+        self.cfg = cfg
+        self.a = cfg.alerts
+        self.metrics = metrics
+        self.targets = targets
+        self.state_dir = cfg.resolved_state_dir()
+        self.ledger_path = self.state_dir / LEDGER_FILE
+        self.ledger: dict[str, dict] = {}
+        self.pending: dict[str, Pending] = {}
+        self._lock = threading.Lock()
+        self._work: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._load()
+
+    @classmethod
+    def from_config(cls, cfg: Config, metrics: Metrics) -> Alerter:
+        """Build targets and load the ledger. With no URLs, alerts are off
+        (logged). A bad URL is logged as a configuration error and alerts
+        stay off rather than stopping the exporter."""
+        try:
+            targets = build_targets(cfg)
+        except ValueError as e:
+            log.error("alerts off: configuration error: %s", e)
+            targets = []
+        if not targets:
+            log.info("alerts off: no Apprise URLs configured (alerts.urls, alerts.config_file or $%s)",
+                     cfg.alerts.url_env)
+        else:
+            log.info("%s", describe_targets(cfg))
+        return cls(cfg, metrics, targets)
+
+    # -- ledger ------------------------------------------------------------
+    def _load(self) -> None:
+        data = load_json(self.ledger_path, "alert ledger")
+        entries = data.get("alerts") if isinstance(data, dict) else None
+        if isinstance(entries, dict):
+            self.ledger = {k: v for k, v in entries.items() if isinstance(v, dict)}
+
+    def _save(self) -> None:
+        now = time.time()
+        with self._lock:
+            items = sorted(self.ledger.items(), key=lambda kv: kv[1].get("at", 0))
+            items = [(k, v) for k, v in items if now - v.get("at", now) < LEDGER_KEEP_SECONDS]
+            items = items[-LEDGER_MAX_ENTRIES:]
+            self.ledger = dict(items)
+            data = {"version": 1, "alerts": dict(self.ledger)}
+        try:
+            save_json(self.ledger_path, data)
+        except OSError as e:
+            log.error("cannot write the alert ledger %s: %s", self.ledger_path, e.strerror or e)
+
+    # -- reader thread -----------------------------------------------------
+    def observe(self, transitions: list[Transition], now: float) -> None:
+        """Consider each transition for a page (see the module doc)."""
+        if not self.targets:
+            return
+        changed = False
+        for t in transitions:
+            st, s = t.new, t.session
+            kind = st.state
+            if kind not in ("completed", "error", "stalled") or not getattr(self.a.kinds, kind):
+                continue
+            if s.hidden or st.turn is None:
+                continue
+            key = f"{kind}:{s.provider}:{st.turn}"
+            entry = self.ledger.get(key)
+            if key in self.pending:
+                continue
+            if entry is not None:
+                if entry.get("status") == "sent":
+                    if st.live:
+                        self.metrics.alerts_dedup.labels(kind).inc()
+                    continue
+                # pending at a crash or stop: deliver now that the state is confirmed
+            elif not st.live:
+                continue  # old at first sight (backfill): not news
+            if entry is None and self.a.max_age_seconds and st.since is not None \
+                    and now - st.since > self.a.max_age_seconds:
+                log.info("not paging %s %s: its record is older than alerts.max_age_seconds", s.provider, kind)
+                continue
+            title, body = self._message(s, st)
+            p = Pending(key, kind, s, st.turn, st.state, title, body, first_seen=now,
+                        due=now + self.a.settle_seconds)
+            self.pending[key] = p
+            with self._lock:
+                self.ledger[key] = {"status": "pending", "at": time.time(), "provider": s.provider,
+                                    "session_id": s.session_id}
+            changed = True
+        if changed:
+            self._save()
+
+    def next_due_in(self) -> float:
+        """Seconds until the next pending alert is due (for the reader loop)."""
+        if not self.pending:
+            return 3600.0
+        return max(0.0, min(p.due for p in self.pending.values()) - time.time())
+
+    def tick(self, now: float) -> None:
+        """Hand due alerts whose session still shows that state to delivery;
+        drop superseded ones."""
+        for key, p in list(self.pending.items()):
+            if p.due > now or p.remaining:
+                continue
+            cur = p.session.status
+            if cur.state != p.state or cur.turn != p.turn:
+                del self.pending[key]
+                with self._lock:
+                    self.ledger.pop(key, None)
+                log.debug("%s superseded before it settled; not sent", key)
+                continue
+            p.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
+            if not p.remaining:
+                del self.pending[key]
+                continue
+            self._work.put(p)
+
+    # -- delivery thread ---------------------------------------------------
+    def start(self) -> None:
+        if self.targets and self._thread is None:
+            self._thread = threading.Thread(target=self._deliver_loop, name="alerts", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._work.put(None)
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def _deliver_loop(self) -> None:
+        retry = self.a.retry
+        while not self._stop.is_set():
+            p = self._work.get()
+            if p is None:
+                return
+            try:
+                self._deliver(p)
+            except Exception:  # pragma: no cover - never let delivery die
+                log.exception("alert delivery failed unexpectedly")
+            if p.remaining:
+                p.attempt += 1
+                if p.attempt >= retry.attempts:
+                    log.error("giving up on a %s alert for %s session after %d attempts", p.kind,
+                              p.session.provider, p.attempt)
+                    self.pending.pop(p.key, None)
+                    with self._lock:
+                        self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "failed", "at": time.time()}
+                    self._save()
+                    continue
+                delay = min(retry.max_backoff_seconds, retry.initial_backoff_seconds * 2 ** (p.attempt - 1))
+                log.warning("%s alert delivery failed for %d target(s); retrying in %.1f s", p.kind,
+                            len(p.remaining), delay)
+                threading.Timer(delay, self._work.put, args=(p,)).start()
+
+    def _deliver(self, p: Pending) -> None:
+        tag = self.a.tags.get(p.kind, p.kind)
+        notify_type = apprise.NotifyType.FAILURE if p.kind == "error" else (
+            apprise.NotifyType.WARNING if p.kind == "stalled" else apprise.NotifyType.SUCCESS)
+        still = []
+        for i in p.remaining:
+            target = self.targets[i]
+            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type)
+            if res:
+                continue
+            still.append(i)
+            self.metrics.alerts_failed.labels(p.kind).inc()
+            log.warning("could not deliver a %s alert to %s", p.kind, target.name)
+        p.remaining = still
+        if not still:
+            now = time.time()
+            self.metrics.alerts.labels(p.kind).inc()
+            self.metrics.alert_latency.labels(p.kind).observe(max(0.0, now - p.first_seen))
+            self.pending.pop(p.key, None)
+            with self._lock:
+                self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "sent", "at": now}
+            self._save()
+            log.info("sent %s alert (%s) for a %s session", p.kind, tag, p.session.provider)
+
+    # -- message -----------------------------------------------------------
+    def _message(self, s: Session, st) -> tuple[str, str]:
+        mod = PROVIDER_MODULES[s.provider]
+        project = project_label(s.cwd, self.cfg.metrics.project_label) or "session"
+        if st.state == "completed":
+            title = f"{mod.LABEL} · {project}: your turn"
+        elif st.state == "error":
+            title = f"{mod.LABEL} · {project}: stopped on {(st.error_kind or 'error').replace('_', ' ')}"
+        else:
+            title = f"{mod.LABEL} · {project}: stalled"
+        lines = [f"Session: {s.session_id}"]
+        dur = _fmt_duration(st.duration)
+        if dur:
+            lines.append(f"Turn took: {dur}")
+        if st.state == "completed":
+            lines.append(f"Detected: {st.evidence} ({st.detail})")
+        elif st.state == "error":
+            lines.append(f"Error: {st.error_kind}")
+        if self.a.include_excerpt and s.reducer.last_text:
+            text = s.reducer.last_text.strip()
+            n = self.a.excerpt_chars
+            lines.append("")
+            lines.append(text if len(text) <= n else text[: max(0, n - 1)] + "…")
+        return title, "\n".join(lines)
