@@ -274,6 +274,12 @@ def test_compose_exporter_matches_flags_config_and_image(compose):
     assert any(r.split()[-1] == flags["config.file"] and "config/docker.yml" in r for r in d["COPY"])
     assert str(port) in " ".join(d["EXPOSE"]).split()
     assert any("pip install ." in r for r in d["RUN"])
+    # Everything the image copies from the build context is in the repository
+    # (pyproject.toml names README.md as the readme: pip install needs it).
+    for r in d["COPY"]:
+        for src in r.split()[:-1]:
+            if not src.startswith("--"):
+                assert (REPO / src).exists(), f"Dockerfile copies {src}, missing from the repository"
     assert any(cfg["state_dir"] in r for r in d.get("VOLUME", []))
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert re.search(r'^coding-agent-exporter\s*=\s*"exporter\.cli:main"', pyproject, re.M)
