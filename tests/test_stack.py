@@ -234,14 +234,12 @@ def test_compose_exporter_matches_flags_config_and_image(compose):
     args = svc["command"]
     assert isinstance(args, list) and args[0] == "run"
     flags = _flags(args[1:])
-    _, port = _host_port(flags["web.listen-address"])
-    host, _ = _host_port(flags["web.listen-address"])
+    host, port = _host_port(flags["web.listen-address"])
     assert host in ("0.0.0.0", ""), "inside the container the exporter must listen beyond loopback"
 
     # Port published to the host on loopback, same port inside.
     assert any(c == port for _, _, c in _ports(svc)), _ports(svc)
-    for ip, hp, c in _ports(svc):
-        assert ip == "127.0.0.1", "publish on loopback only (session ids and projects are private)"
+    assert all(ip == "127.0.0.1" for ip, _, _ in _ports(svc)), "publish on loopback only (session ids are private)"
 
     mounts = _volumes(svc, ENV)
     # The exporter's config file is the repository's config/docker.yml.
