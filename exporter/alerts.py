@@ -250,9 +250,10 @@ class Alerter:
 
     def next_due_in(self) -> float:
         """Seconds until the next pending alert is due (for the reader loop)."""
-        if not self.pending:
+        dues = [p.due for p in list(self.pending.values()) if not p.remaining]
+        if not dues:
             return 3600.0
-        return max(0.0, min(p.due for p in self.pending.values()) - time.time())
+        return max(0.0, min(dues) - time.time())
 
     def tick(self, now: float) -> None:
         """Hand due alerts whose session still shows that state to delivery;

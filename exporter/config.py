@@ -59,7 +59,7 @@ class Metrics:
     #: At most this many sessions get per-session series (newest first).
     max_sessions: int = 500
     #: Sessions with no record for this long are forgotten.
-    session_ttl_seconds: float = 7 * 24 * 3600.0
+    session_ttl_seconds: float = 24 * 3600.0
     #: How the ``project`` label is made from the session's cwd.
     project_label: str = "basename"
 
@@ -91,7 +91,7 @@ class Alerts:
     tags: dict[str, str] = field(default_factory=lambda: {"completed": "completed", "error": "error",
                                                           "stalled": "stalled"})
     #: Seconds a completion must stay the session's state before it pages.
-    settle_seconds: float = 5.0
+    settle_seconds: float = 2.0
     #: Completions whose record is older than this never page (0: no limit).
     max_age_seconds: float = 3600.0
     #: Put the last assistant message into the body (transcript content!).

@@ -18,10 +18,14 @@ from pathlib import Path
 from .config import Config
 from .discovery import ChangeQueue, Watcher, walk_jsonl
 from .metrics import Metrics
+from .persist import load_json, save_json
 from .scan import make_store
 from .sources import configured_roots
 
 log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint.json"
+CHECKPOINT_EVERY_SECONDS = 5.0
 
 
 class Daemon:
@@ -46,6 +50,9 @@ class Daemon:
         self._new_dirs: list[str] = []
         self._dir_lock = threading.Lock()
         self._missing: set[Path] = set()
+        self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
+        self._checkpoint: dict | None = None
+        self._saved_offsets: dict = {}
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -69,6 +76,17 @@ class Daemon:
             self._thread.join(timeout=10)
         if self.watcher:
             self.watcher.stop()
+        self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
+        offsets = self.store.offsets()
+        if offsets == self._saved_offsets:
+            return
+        try:
+            save_json(self.checkpoint_path, {"version": 1, "files": offsets})
+            self._saved_offsets = offsets
+        except OSError as e:
+            log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
 
     # -- worker ------------------------------------------------------------
     def _on_dir(self, path: str) -> None:
@@ -85,6 +103,7 @@ class Daemon:
         cfg = self.cfg
         next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
         next_eval = 0.0
+        next_save = time.monotonic() + CHECKPOINT_EVERY_SECONDS
         while not self._stop.is_set():
             now_m = time.monotonic()
             timeout = max(0.0, min(next_poll, next_eval) - now_m)
@@ -103,12 +122,20 @@ class Daemon:
                     next_eval = time.monotonic() + cfg.reducer.evaluation_interval_seconds
                 if self.alerter is not None:
                     self.alerter.tick(time.time())
+                if time.monotonic() >= next_save:
+                    self._save_checkpoint()
+                    next_save = time.monotonic() + CHECKPOINT_EVERY_SECONDS
             except Exception:  # pragma: no cover - keep following files whatever happens
                 log.exception("reader loop error; continuing")
                 time.sleep(0.5)
 
     def _backfill(self) -> None:
+        """Read everything there is. Bytes a previous run had read (its
+        checkpoint: same path and inode) are backfill; bytes after them were
+        written while the exporter was down and are news."""
         started = time.monotonic()
+        files_cp = load_json(self.checkpoint_path, "checkpoint").get("files")
+        self._checkpoint = files_cp if isinstance(files_cp, dict) else None
         files = []
         for prov, root in self.roots:
             if root.is_dir():
@@ -116,7 +143,8 @@ class Daemon:
         total, done, last_note = len(files), 0, started
         for path, prov, root in files:
             if self.store.track(path, prov, root):
-                self._read(path, live=False)
+                self._read(path, live=False, until=self._resume_offset(path))
+                self._read(path, live=True)
             done += 1
             if time.monotonic() - last_note > 5:
                 last_note = time.monotonic()
@@ -127,7 +155,25 @@ class Daemon:
         log.info("start-up scan done: %d files, %d sessions in %.1f s", total, len(self.store.sessions),
                  time.monotonic() - started)
 
-    def _read(self, path: str, live: bool) -> None:
+    def _resume_offset(self, path: str) -> int | None:
+        """Where the previous run stopped reading ``path`` (None: the whole
+        file is backfill)."""
+        if self._checkpoint is None:
+            return None  # first run: everything is backfill
+        cp = self._checkpoint.get(path)
+        if cp is None:
+            return 0  # created while the exporter was down: news
+        if not (isinstance(cp, list) and len(cp) == 2):
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if cp[0] != st.st_ino or not isinstance(cp[1], int) or cp[1] > st.st_size:
+            return None
+        return cp[1]
+
+    def _read(self, path: str, live: bool, until: int | None = None) -> None:
         store = self.store
         if path not in store.files:
             hit = self._root_of(path)
@@ -136,7 +182,7 @@ class Daemon:
         if not os.path.exists(path):
             store.forget(path)
             return
-        while store.refresh(path, live=live):
+        while store.refresh(path, live=live, until=until):
             pass
 
     def _root_of(self, path: str):

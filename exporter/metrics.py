@@ -62,9 +62,6 @@ class Metrics:
                                        "Time from reading the completion to delivery (settle time included).",
                                        ["kind"], registry=r,
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
-        self.series_dropped = Counter("coding_agent_session_series_dropped",
-                                      "Per-session series left out of a scrape by the max_sessions cap.",
-                                      registry=r)
         build = Gauge("coding_agent_exporter_build_info", "Build of coding-agent-exporter; value 1.",
                       ["version"], registry=r)
         build.labels(__version__).set(1)
@@ -115,8 +112,10 @@ class SessionCollector:
         yield total
         if not self._per_session:
             return
-        if dropped:
-            self._metrics.series_dropped.inc(dropped)
+        over = GaugeMetricFamily("coding_agent_session_series_dropped",
+                                 "Sessions left out of the per-session series by metrics.max_sessions.")
+        over.add_metric([], dropped)
+        yield over
         labels = ["provider", "session_id", "project"]
         state = GaugeMetricFamily("coding_agent_session_state",
                                   "Current state of a session (1 for the state it is in).",

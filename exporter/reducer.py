@@ -146,6 +146,8 @@ class SessionReducer:
         if quiet >= self.timing.stall_after:
             common["since"] = last_write + self.timing.stall_after
             return Status("stalled", **common)
+        if self._turn_start is not None:
+            common["since"] = self._turn_start  # working since the turn began
         return Status("working", **common)
 
     def _duration(self, last: Event) -> float | None:

@@ -144,12 +144,13 @@ class SessionStore:
         f = self.files.get(path)
         return f is not None and not f.tailer.unchanged(st)
 
-    def refresh(self, path: str, live: bool, final: bool = False) -> int:
+    def refresh(self, path: str, live: bool, final: bool = False, until: int | None = None) -> int:
         """Read what was appended to ``path`` and apply it.
 
         ``live``: the bytes are news (read after start-up), so completions
         they carry may page. ``final``: also take an unterminated last line
-        (one-shot scans). Returns the number of bytes consumed. A file that
+        (one-shot scans). ``until``: read no further than this offset.
+        Returns the number of bytes consumed. A file that
         cannot be read is counted and logged, never raised.
         """
         f = self.files.get(path)
@@ -157,7 +158,7 @@ class SessionStore:
             return 0
         prov = f.provider.NAME
         try:
-            res = f.tailer.read(final=final)
+            res = f.tailer.read(final=final, until=until)
         except FileNotFoundError:
             self.forget(path)
             return 0
@@ -334,6 +335,11 @@ class SessionStore:
             counts[(r["provider"], r["state"])] = counts.get((r["provider"], r["state"]), 0) + 1
         dropped = max(0, len(rows) - self.max_sessions) if self.max_sessions else 0
         return (rows[: self.max_sessions] if self.max_sessions else rows), counts, dropped
+
+    def offsets(self) -> dict[str, list[int]]:
+        """``{path: [inode, offset]}`` of every followed file (a checkpoint)."""
+        with self._lock:
+            return {p: [f.tailer.inode, f.tailer.offset] for p, f in self.files.items() if f.tailer.inode is not None}
 
     def session(self, provider: str, session_id: str) -> Session | None:
         return self.sessions.get((provider, session_id))

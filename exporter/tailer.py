@@ -58,12 +58,14 @@ class Tailer:
         """True when ``st`` matches the fingerprint of the last read."""
         return st.st_ino == self.inode and st.st_size == self.size and st.st_mtime_ns == self.mtime_ns
 
-    def read(self, final: bool = False, max_bytes: int | None = None) -> ReadResult:
+    def read(self, final: bool = False, max_bytes: int | None = None, until: int | None = None) -> ReadResult:
         """Read what was appended since the last call.
 
         ``final=True`` (one-shot scans of finished files) also returns an
         unterminated last line. ``max_bytes`` bounds the bytes consumed in one
         call (the caller calls again while ``bytes_read`` is non-zero).
+        ``until`` stops reading at that absolute offset (a restart checkpoint:
+        what lies before it was read by the previous run).
         Raises ``OSError`` when the file cannot be opened or read.
         """
         res = ReadResult()
@@ -80,7 +82,12 @@ class Tailer:
             buf = b""
             budget = max_bytes if max_bytes is not None else -1
             while True:
-                chunk = f.read(CHUNK_BYTES)
+                want = CHUNK_BYTES
+                if until is not None:
+                    want = min(want, until - f.tell())
+                    if want <= 0:
+                        break
+                chunk = f.read(want)
                 if not chunk:
                     self.size = max(self.size, f.tell())
                     break

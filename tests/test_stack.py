@@ -66,7 +66,7 @@ EXPORTER_METRICS = {
     "coding_agent_alerts_total",
     "coding_agent_alerts_failed_total",
     "coding_agent_alerts_deduplicated_total",
-    "coding_agent_session_series_dropped_total",
+    "coding_agent_session_series_dropped",
     "coding_agent_turn_duration_seconds",
     "coding_agent_alert_latency_seconds",
     "coding_agent_exporter_build_info",

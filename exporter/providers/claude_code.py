@@ -20,9 +20,12 @@ Code 1.0.98 … 2.1.114):
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
+
+import orjson
 
 from ..decode import parse_timestamp
 from ..events import Event, Kind
@@ -207,6 +210,15 @@ class FileDecoder:
         mid = msg.get("id")
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
+        if ev.message_id is not None and not ev.sidechain:
+            # Identity of an API response row: its message id and content.
+            # Rows of one response split per block differ in content; a row
+            # Claude Code wrote twice (new uuid, same block) is a duplicate.
+            try:
+                digest = hashlib.blake2b(orjson.dumps(content), digest_size=8).hexdigest()
+                ev.ident = f"{ev.message_id}:{digest}"
+            except TypeError:
+                pass
         if obj.get("isApiErrorMessage") is True:
             ev.kind = Kind.ERROR
             ev.error_kind = _error_kind(obj)

@@ -1,0 +1,254 @@
+"""Test harness: the real exporter process, a real Apprise receiver on
+loopback, and helpers that lay transcripts out as Claude Code and Codex do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CASES = FIXTURES / "cases"
+TRANSCRIPTS = FIXTURES / "transcripts"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(pred, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``pred`` until it returns a truthy value; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+# -- transcript layout -------------------------------------------------------
+def session_id_of(case_file: Path) -> str:
+    """The sessionId (Claude) or session_meta id (Codex) inside a case file."""
+    text = case_file.read_bytes().decode("utf-8", "replace")
+    m = re.search(r'"sessionId":"([^"]+)"', text)
+    if m and '"session_meta"' not in text:
+        return m.group(1)
+    m = re.search(r'"session_meta","payload":\{"id":"([^"]+)"', text)
+    assert m, f"no session id in {case_file}"
+    return m.group(1)
+
+
+def claude_path(root: Path, session_id: str, project: str = "-home-dev-proj") -> Path:
+    return root / "claude" / "projects" / project / f"{session_id}.jsonl"
+
+
+def codex_path(root: Path, session_id: str) -> Path:
+    return root / "codex" / "sessions" / "2026" / "05" / "01" / f"rollout-2026-05-01T10-00-00-{session_id}.jsonl"
+
+
+def append_lines(path: Path, data: bytes, delay: float) -> None:
+    """Append ``data`` one physical line at a time, ``delay`` seconds apart
+    (a part may begin mid-line; bytes are written as they are)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    chunks = data.split(b"\n")
+    for i, chunk in enumerate(chunks):
+        piece = chunk + (b"\n" if i < len(chunks) - 1 else b"")
+        if not piece:
+            continue
+        with open(path, "ab") as f:
+            f.write(piece)
+        if delay:
+            time.sleep(delay)
+
+
+# -- Apprise receiver --------------------------------------------------------
+class Receiver:
+    """A loopback HTTP server that takes Apprise ``json://`` posts.
+
+    ``fail_first`` requests are answered 500 (a receiver that fails, then
+    recovers). ``messages`` holds the decoded JSON bodies received with 200.
+    """
+
+    def __init__(self, fail_first: int = 0):
+        self.messages: list[dict] = []
+        self.failed = 0
+        self.fail_first = fail_first
+        self.received_at: list[float] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                if outer.failed < outer.fail_first:
+                    outer.failed += 1
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                try:
+                    outer.messages.append(json.loads(body))
+                except ValueError:
+                    outer.messages.append({"raw": body.decode("utf-8", "replace")})
+                outer.received_at.append(time.time())
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"json://127.0.0.1:{self.port}/notify"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# -- the exporter ------------------------------------------------------------
+FAST = {
+    "sources": {"poll_interval_seconds": 0.5},
+    "reducer": {"inferred_settle_seconds": 3.0, "marker_wait_seconds": 6.0, "stall_after_seconds": 60.0,
+                "evaluation_interval_seconds": 0.1},
+    "alerts": {"settle_seconds": 0.05, "max_age_seconds": 0,
+               "retry": {"attempts": 5, "initial_backoff_seconds": 0.2, "max_backoff_seconds": 1.0}},
+}
+
+
+def merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class Exporter:
+    """``python -m exporter run`` on tmp roots, with a tmp config and state dir.
+
+    ``root`` holds ``claude/projects`` and ``codex/sessions``.
+    """
+
+    def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
+                 extra_args: list[str] | None = None, env: dict | None = None):
+        self.root = root
+        self.port = free_port()
+        cfg = merge(FAST, {
+            "sources": {"claude_code": {"paths": [str(root / "claude" / "projects")]},
+                        "codex": {"paths": [str(root / "codex" / "sessions")]}},
+            "state_dir": str(root / "state"),
+        })
+        if receiver is not None:
+            cfg = merge(cfg, {"alerts": {"urls": [receiver.url]}})
+        self.config = merge(cfg, config or {})
+        self.config_path = root / "config.yml"
+        self.extra_args = extra_args or []
+        self.env = env
+        self.proc: subprocess.Popen | None = None
+        self.log_path = root / f"exporter-{self.port}.log"
+
+    def start(self, wait_ready: bool = True) -> "Exporter":
+        self.config_path.write_text(yaml.safe_dump(self.config))
+        env = dict(os.environ)
+        env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
+        if self.env:
+            env.update(self.env)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", "--config.file", str(self.config_path),
+             "--web.listen-address", f"127.0.0.1:{self.port}", *self.extra_args],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        if wait_ready:
+            wait_for(self.ready, timeout=20, what="exporter ready")
+        return self
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"exporter exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: str = "term") -> int:
+        if self.proc and self.proc.poll() is None:
+            if sig == "kill":
+                self.proc.kill()
+            else:
+                self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if getattr(self, "_log", None):
+            self._log.close()
+        return self.proc.returncode if self.proc else 0
+
+    def scrape_text(self, path: str = "/metrics") -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+            return r.read().decode()
+
+    def metrics(self) -> dict:
+        """``{(name, frozenset(labels.items())): value}`` of one scrape."""
+        out = {}
+        for fam in text_string_to_metric_families(self.scrape_text()):
+            for s in fam.samples:
+                out[(s.name, frozenset(s.labels.items()))] = s.value
+        return out
+
+    def value(self, name: str, **labels) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels``."""
+        total = 0.0
+        for (n, lbls), v in self.metrics().items():
+            if n == name and all((k, val) in lbls for k, val in labels.items()):
+                total += v
+        return total
+
+    def state(self, session_id: str) -> str | None:
+        for (n, lbls), v in self.metrics().items():
+            if n == "coding_agent_session_state" and ("session_id", session_id) in lbls and v == 1:
+                return dict(lbls)["state"]
+        return None
+
+    def wait_state(self, session_id: str, state: str, timeout: float = 15.0) -> None:
+        try:
+            wait_for(lambda: self.state(session_id) == state, timeout=timeout,
+                     what=f"session {session_id} to be {state}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; now {self.state(session_id)}; exporter log tail:\n"
+                                 + "\n".join(self.log().splitlines()[-30:])) from None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
