@@ -1,0 +1,196 @@
+"""Real Claude Code and Codex transcripts (fixtures/transcripts, from public
+repositories; see SOURCES.md there): ``scan`` gives the right final state of
+each whole session, and reading in arbitrary pieces equals reading whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from exporter.config import Config
+from exporter.metrics import Metrics
+from exporter.reducer import Timing
+from exporter.store import SessionStore
+from harness import ROOT, TRANSCRIPTS
+
+CC = TRANSCRIPTS / "claude_code"
+CX = TRANSCRIPTS / "codex"
+PARENT = "ae4a77f8-aedd-4bc1-888f-c94edc91af04"
+
+
+def _sid_in(path: Path) -> str | None:
+    for line in path.read_text().splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj.get("sessionId"), str):
+            return obj["sessionId"]
+    return None
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory):
+    """The real files laid out as the agents do: Claude main files named by
+    their sessionId, the 2.1.39 subagent files under <sessionId>/subagents/,
+    Codex rollouts under sessions/YYYY/MM/DD/."""
+    root = tmp_path_factory.mktemp("real")
+    claude = root / "claude" / "projects"
+    codex = root / "codex" / "sessions" / "2026" / "05" / "01"
+    codex.mkdir(parents=True)
+    names = {}
+    for f in sorted(CC.glob("*.jsonl")):
+        sid = _sid_in(f)
+        if "subagent" in f.name:
+            agent = f.name.split("_subagent_")[1]
+            dest = claude / "-home-user-projects-spotter" / sid / "subagents" / agent
+        elif "2.1.39" in f.name:
+            dest = claude / "-home-user-projects-spotter" / f"{sid}.jsonl"  # two excerpts, one session
+        else:
+            dest = claude / "-proj" / f"{sid}.jsonl"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with open(dest, "ab") as out:
+            out.write(f.read_bytes())
+        names[f.name] = sid
+    for i, f in enumerate(sorted(CX.glob("*.jsonl"))):
+        dest = codex / f"rollout-2026-05-01T10-00-0{i}-{f.stem[:20]}.jsonl"
+        dest.write_bytes(f.read_bytes())
+        names[f.name] = None
+    return root, names
+
+
+def _scan(*paths, at: float | None = None) -> list[dict]:
+    at = at or time.time() + 86400  # a day later: every time-based rule has fired
+    out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--json", "--at", str(at), *map(str, paths)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+EXPECTED_CLAUDE = {
+    # file: (state, evidence or error kind)
+    "v1.0.98_complete_session.jsonl": ("completed", "explicit"),  # final line stop_reason end_turn
+    "v1.0.108_inline_sidechains.jsonl": ("completed", "inferred"),  # main text last, stop_reason null
+    "v1.0.98_summary_parallel_tasks.lines1-30.jsonl": ("stalled", None),  # cut inside parallel Tasks
+    "v2.1.114_rate_limit_line.jsonl": ("error", "rate_limit"),
+    "v2.1.38_short_interrupted.jsonl": ("interrupted", None),  # then /model: a local command
+    "v2.1.38_tool_heavy.jsonl": ("interrupted", None),
+    # lines 1–104 and 1463–1496 of one session: ends mid-turn after /compact
+    "v2.1.39_session_start_task.lines1-104.jsonl": ("stalled", None),
+}
+
+
+def test_scan_real_claude_sessions(layout):
+    root, names = layout
+    rows = {r["session_id"]: r for r in _scan(root / "claude" / "projects")}
+    for fname, (state, how) in EXPECTED_CLAUDE.items():
+        row = rows[names[fname]]
+        assert row["state"] == state, (fname, row)
+        assert how in (None, row["evidence"], row["error_kind"]), (fname, row)
+        assert row["provider"] == "claude_code"
+        assert row["counters"]["parse_errors"] == 0
+    # subagent files are part of their parent, never sessions of their own
+    assert all(not r["session_id"].startswith("agent-") for r in rows.values())
+    assert rows[PARENT]["files"] == 3  # the main file (two excerpts) and two subagent files
+    assert rows[PARENT]["project"] == "spotter-4te"
+
+
+def test_scan_real_codex_sessions(layout):
+    root, _ = layout
+    rows = {r["session_id"]: r for r in _scan(root / "codex" / "sessions")}
+    assert rows["019e9625-802f-7e91-840a-cfe88d14117a"]["state"] == "completed"  # 0.135 exec, task_complete
+    assert rows["019e9625-802f-7e91-840a-cfe88d14117a"]["evidence"] == "explicit"
+    synth = rows["019db1a0-6c2e-7d40-9a11-3f5e2b7c0a01"]  # completed, interrupted, then usage limit
+    assert (synth["state"], synth["error_kind"]) == ("error", "usage_limit")
+    assert rows["019a93b9-f380-7600-98ff-940e6b99603c"]["state"] == "stalled"  # 0.58, cut mid-turn
+    assert rows["4d26a132-34a6-4eb8-a1f4-6ef44c0b4a4c"]["state"] == "stalled"  # pre-envelope, mid-turn
+    assert rows["019fc8be-3658-7ca3-9e29-000000000000"]["state"] in ("stalled", "completed", "interrupted")
+    for r in rows.values():
+        assert r["provider"] == "codex" and r["counters"]["parse_errors"] == 0
+
+
+def test_scan_at_a_turn_end(tmp_path):
+    """Cut the 2.1.39 excerpt right after its turn end (text, Stop hook,
+    stop_hook_summary, turn_duration): completed, explicit."""
+    lines = (CC / "v2.1.39_turn_end_then_compact.lines1463-1496.jsonl").read_bytes().splitlines(keepends=True)
+    f = tmp_path / f"{PARENT}.jsonl"
+    f.write_bytes(b"".join(lines[:16]))
+    (row,) = _scan(f)
+    assert (row["state"], row["evidence"], row["detail"]) == ("completed", "explicit", "turn_duration")
+    # the /compact that follows (boundary, summary, local command) does not reopen the turn
+    f.write_bytes(b"".join(lines[:28]))
+    (row,) = _scan(f)
+    assert (row["state"], row["evidence"]) == ("completed", "explicit")
+    # the next prompt does
+    f.write_bytes(b"".join(lines[:30]))
+    (row,) = _scan(f, at=time.time())
+    assert row["state"] == "working"
+
+
+def test_scan_provider_from_content_and_flag(tmp_path):
+    f = tmp_path / "anything.jsonl"
+    f.write_bytes((CX / "v0.135_exec_complete.jsonl").read_bytes())
+    (row,) = _scan(f)
+    assert row["provider"] == "codex" and row["state"] == "completed"
+    out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--provider", "claude_code", str(f)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0
+    missing = subprocess.run([sys.executable, "-m", "exporter", "scan", str(tmp_path / "nope")],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+    bad_at = subprocess.run([sys.executable, "-m", "exporter", "scan", "--at", "tomorrow", str(f)],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert bad_at.returncode == 2 and "--at" in bad_at.stderr
+
+
+def test_scan_human_output(layout):
+    root, _ = layout
+    out = subprocess.run([sys.executable, "-m", "exporter", "scan", str(root)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert len(lines) == 7 + 6  # 7 Claude sessions (the two 2.1.39 excerpts are one) and 6 Codex rollouts
+    assert any("claude_code" in line and "completed" in line for line in lines)
+
+
+# -- reading in pieces equals reading whole -----------------------------------
+ALL = sorted(CC.glob("*.jsonl")) + sorted(CX.glob("*.jsonl"))
+
+
+def _read(path: Path, provider: str, data: bytes, cuts: list[int]) -> list[dict]:
+    store = SessionStore(Metrics(), Timing(), 16 << 20)
+    path.write_bytes(b"")
+    store.track(str(path), provider, path.parent)
+    prev = 0
+    for c in sorted(set(cuts)) + [len(data)]:
+        with open(path, "ab") as f:
+            f.write(data[prev:c])
+        os.utime(path, (1.7e9, 1.7e9))  # the same last-write time for both readings
+        prev = c
+        store.refresh(str(path), live=True)
+    store.evaluate(time.time() + 86400)
+    rows = store.rows(time.time())
+    return [{k: r[k] for k in ("session_id", "state", "evidence", "error_kind", "turn", "since", "last_event_at",
+                               "counters")} for r in rows]
+
+
+@pytest.mark.parametrize("src", ALL, ids=[p.name for p in ALL])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_pieces_equal_whole(src, tmp_path, data):
+    raw = src.read_bytes()
+    provider = "codex" if src.parent.name == "codex" else "claude_code"
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=12))
+    whole = _read(tmp_path / "whole.jsonl", provider, raw, [])
+    pieces = _read(tmp_path / "pieces.jsonl", provider, raw, cuts)
+    for w, p in zip(whole, pieces):
+        w.pop("session_id"), p.pop("session_id")
+    assert pieces == whole
