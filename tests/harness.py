@@ -169,6 +169,7 @@ class Exporter:
         self.log_path = root / f"exporter-{self.port}.log"
 
     def start(self, wait_ready: bool = True) -> "Exporter":
+        self.root.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = dict(os.environ)
         env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
