@@ -221,18 +221,25 @@ class Alerter:
                 continue
             if s.hidden or st.turn is None:
                 continue
+            if t.old.state == kind and t.old.turn == st.turn:
+                continue  # another marker of the same turn (e.g. end_turn, then turn_duration)
             key = f"{kind}:{s.provider}:{st.turn}"
             entry = self.ledger.get(key)
             if key in self.pending:
                 continue
             if entry is not None:
-                if entry.get("status") == "sent":
+                if entry.get("status") in ("sent", "seen"):
                     if st.live:
                         self.metrics.alerts_dedup.labels(kind).inc()
                     continue
                 # pending at a crash or stop: deliver now that the state is confirmed
             elif not st.live:
-                continue  # old at first sight (backfill): not news
+                # Old at first sight (backfill): not news. Remember the turn, so
+                # a resumed session replaying this history never pages it.
+                with self._lock:
+                    self.ledger[key] = {"status": "seen", "at": time.time()}
+                changed = True
+                continue
             if entry is None and self.a.max_age_seconds and st.since is not None \
                     and now - st.since > self.a.max_age_seconds:
                 log.info("not paging %s %s: its record is older than alerts.max_age_seconds", s.provider, kind)

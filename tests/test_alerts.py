@@ -223,3 +223,34 @@ def test_secret_url_not_logged(tmp_path):
         receiver.close()
     assert SECRET not in exp.log()
     assert "alerts: completed, error to 1 target(s)" in exp.log()
+
+
+def test_resumed_session_replaying_history_does_not_page(tmp_path):
+    """Claude Code's resume writes a new session file that starts with the old
+    conversation (same uuids). Whether the old turn was paged live or was
+    already there at start-up, its replay pages nothing."""
+    receiver = Receiver()
+    src = CASES / "24_one_turn_many_end_markers.jsonl"
+    old_sid = session_id_of(src)
+    claude_path(tmp_path, old_sid).parent.mkdir(parents=True)
+    claude_path(tmp_path, old_sid).write_bytes(src.read_bytes())  # backfill
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    try:
+        exp.wait_state(old_sid, "completed")
+        new_sid = "c0000024-2424-4424-8424-00000000beef"
+        replay = src.read_bytes().replace(old_sid.encode(), new_sid.encode())
+        append_lines(claude_path(tmp_path, new_sid), replay, 0.02)
+        exp.wait_state(new_sid, "completed")
+        time.sleep(1.0)
+        assert receiver.messages == []
+        assert exp.value("coding_agent_alerts_deduplicated_total", kind="completed") == 1
+        # new work in the resumed session pages
+        more = (b'{"type":"user","uuid":"n1","sessionId":"%s","cwd":"/home/dev/proj","timestamp":"2026-05-01T11:00:00Z",'
+                b'"message":{"role":"user","content":"next"}}\n'
+                b'{"type":"system","subtype":"turn_duration","durationMs":1000,"uuid":"n2","sessionId":"%s",'
+                b'"timestamp":"2026-05-01T11:00:01Z"}\n') % (new_sid.encode(), new_sid.encode())
+        append_lines(claude_path(tmp_path, new_sid), more, 0)
+        wait_for(lambda: len(receiver.messages) == 1, what="alert for the new turn")
+    finally:
+        exp.stop()
+        receiver.close()
