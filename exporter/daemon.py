@@ -234,6 +234,9 @@ class Daemon:
                 if counting:
                     m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
                 self._read(path, live=True)
+        gone = store.expire()
+        if gone:
+            log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
         if self.watcher is not None:
             self.watcher.forget_missing()
             self.watcher.ensure()

@@ -296,6 +296,24 @@ class SessionStore:
             s.error_turns.add(st.turn)
             self.metrics.turn_errors.labels(s.provider, st.error_kind or "api_error").inc()
 
+    def expire(self, now: float | None = None) -> int:
+        """Forget sessions not written for ``session_ttl`` seconds (their
+        reducer and identity set), so memory does not grow over weeks. Their
+        files stay followed: a later append starts the session afresh.
+        Returns how many were forgotten."""
+        if not self.session_ttl:
+            return 0
+        now = time.time() if now is None else now
+        with self._lock:
+            old = [k for k, s in self.sessions.items() if now - s.last_write > self.session_ttl]
+            for key in old:
+                s = self.sessions.pop(key)
+                for path in s.files:
+                    f = self.files.get(path)
+                    if f is not None and f.session is s:
+                        f.session = None
+        return len(old)
+
     # -- views -------------------------------------------------------------
     def rows(self, now: float | None = None) -> list[dict]:
         """Visible sessions as dicts (provider, session_id, project, state,

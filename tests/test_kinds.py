@@ -367,3 +367,17 @@ def test_out_of_order_records(tmp_path):
     r.claude([c("prompt", 1, 0), c("prompt", 3, 60, text="next"), c("system", 2, 30, subtype="turn_duration")])
     assert r.state()["state"] == "working"
     assert r.state()["last_event_at"] == T0 + 60
+
+
+def test_expired_sessions_are_forgotten_and_restart_fresh(tmp_path):
+    r = Run(tmp_path)
+    r.store.session_ttl = 3600
+    path = r.claude([c("prompt", 1, 0), c("text", 2, 1, stop="end_turn")])
+    s = r.store.sessions[("claude_code", CSID)]
+    assert r.store.expire(s.last_write + 10) == 0
+    assert r.store.expire(s.last_write + 4000) == 1
+    assert r.store.sessions == {}
+    with open(path, "ab") as f:
+        f.write(dump([c("prompt", 3, 100, text="back again")]))
+    r.store.refresh(str(path), live=True)
+    assert r.state(after=1)["state"] == "working"
