@@ -141,6 +141,16 @@ def test_case_live(case: Case, live):
             assert exp.state(sid) == step.state
     for kind, n in case.alert_kinds.items():
         assert len(_alerts_for(receiver, sid, kind)) == n, kind
+    agent = "Claude Code" if case.provider == "claude_code" else "Codex"
+    for m in _alerts_for(receiver, sid):
+        title, body = m["title"], m["message"]
+        if case.final == "completed":
+            assert title == f"{agent} · proj: your turn"
+            assert "Detected: explicit" in body
+        else:
+            assert title.startswith(f"{agent} · proj: stopped on ")
+            assert "Error: " in body
+        assert body.startswith(f"Session: {sid}\n")
 
 
 @pytest.fixture(scope="module")
