@@ -166,6 +166,7 @@ class Alerter:
         self.ledger: dict[str, dict] = {}
         self.pending: dict[str, Pending] = {}
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -196,6 +197,10 @@ class Alerter:
             self.ledger = {k: v for k, v in entries.items() if isinstance(v, dict)}
 
     def _save(self) -> None:
+        with self._save_lock:  # one writer at a time, so a newer ledger is never overwritten by an older one
+            self._save_locked()
+
+    def _save_locked(self) -> None:
         now = time.time()
         with self._lock:
             items = sorted(self.ledger.items(), key=lambda kv: kv[1].get("at", 0))
