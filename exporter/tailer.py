@@ -8,16 +8,28 @@
   memory: the tailer drops bytes until the next newline (remembering that it
   is inside such a line across reads) and reports it once as ``oversized``.
   Memory per read is bounded by ``max_line_bytes + CHUNK_BYTES``.
-- A file that shrank (size < offset) or was replaced (another inode) is read
-  again from the start.
+- A file that shrank (size < offset), was replaced (another inode) or was
+  rewritten in place (the last bytes before the offset changed: truncated and
+  written again past the old offset) is read again from the start.
+- One call consumes at most ``READ_BUDGET_BYTES`` unless told otherwise (the
+  caller calls again while bytes come back), so memory does not grow with the
+  size of what was appended.
+- Only regular files are read; the file is opened non-blocking, so a FIFO or
+  device swapped in under a followed name cannot hang or flood the reader.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 
 CHUNK_BYTES = 1 << 20
+#: Default bound on the bytes one :meth:`Tailer.read` consumes.
+READ_BUDGET_BYTES = 4 * CHUNK_BYTES
+#: How many bytes before the offset are remembered to recognise a rewrite.
+SIGNATURE_BYTES = 64
 
 
 @dataclass(slots=True)
@@ -43,7 +55,7 @@ class Tailer:
     ``size`` and ``mtime_ns`` as of the last read (its fingerprint).
     """
 
-    __slots__ = ("path", "max_line_bytes", "offset", "inode", "size", "mtime_ns", "_skipping")
+    __slots__ = ("path", "max_line_bytes", "offset", "inode", "size", "mtime_ns", "_skipping", "_sig")
 
     def __init__(self, path: str, max_line_bytes: int):
         self.path = path
@@ -53,6 +65,13 @@ class Tailer:
         self.size = -1
         self.mtime_ns = -1
         self._skipping = False
+        self._sig = b""  # the last bytes before ``offset`` (rewrite detection)
+
+    def _consumed(self, data: bytes) -> None:
+        if len(data) >= SIGNATURE_BYTES:
+            self._sig = data[-SIGNATURE_BYTES:]
+        elif data:
+            self._sig = (self._sig + data)[-SIGNATURE_BYTES:]
 
     def unchanged(self, st: os.stat_result) -> bool:
         """True when ``st`` matches the fingerprint of the last read."""
@@ -63,24 +82,37 @@ class Tailer:
 
         ``final=True`` (one-shot scans of finished files) also returns an
         unterminated last line. ``max_bytes`` bounds the bytes consumed in one
-        call (the caller calls again while ``bytes_read`` is non-zero).
+        call (default ``READ_BUDGET_BYTES``; the caller calls again while
+        ``bytes_read`` is non-zero).
         ``until`` stops reading at that absolute offset (a restart checkpoint:
         what lies before it was read by the previous run).
-        Raises ``OSError`` when the file cannot be opened or read.
+        Raises ``OSError`` when the file cannot be opened or read, or is not a
+        regular file.
         """
         res = ReadResult()
-        with open(self.path, "rb") as f:
-            st = os.fstat(f.fileno())
-            if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset):
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", self.path)
+            f = os.fdopen(fd, "rb")
+        except BaseException:
+            os.close(fd)
+            raise
+        with f:
+            if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset
+                                           or self._rewritten(fd)):
                 self.offset = 0
                 self._skipping = False
+                self._sig = b""
                 res.reset = True
             self.inode = st.st_ino
             self.size = st.st_size
             self.mtime_ns = st.st_mtime_ns
             f.seek(self.offset)
             buf = b""
-            budget = max_bytes if max_bytes is not None else -1
+            at_eof = False
+            budget = max_bytes if max_bytes is not None else READ_BUDGET_BYTES
             while True:
                 want = CHUNK_BYTES
                 if until is not None:
@@ -90,16 +122,21 @@ class Tailer:
                 chunk = f.read(want)
                 if not chunk:
                     self.size = max(self.size, f.tell())
+                    at_eof = True
                     break
                 if self._skipping:
                     nl = chunk.find(b"\n")
                     if nl < 0:
                         self.offset += len(chunk)
                         res.bytes_read += len(chunk)
+                        self._consumed(chunk)
+                        if 0 <= budget <= res.bytes_read:
+                            break
                         continue
                     self._skipping = False
                     self.offset += nl + 1
                     res.bytes_read += nl + 1
+                    self._consumed(chunk[: nl + 1])
                     chunk = chunk[nl + 1:]
                 buf = buf + chunk if buf else chunk
                 start = 0
@@ -114,18 +151,35 @@ class Tailer:
                     start = nl + 1
                 self.offset += start
                 res.bytes_read += start
+                if start:
+                    self._consumed(buf[max(0, start - SIGNATURE_BYTES):start])
                 buf = buf[start:]
                 if len(buf) > self.max_line_bytes:
                     # Inside an oversized line: drop it, resume at the next newline.
                     res.oversized += 1
                     self.offset += len(buf)
                     res.bytes_read += len(buf)
+                    self._consumed(buf)
                     buf = b""
                     self._skipping = True
                 if 0 <= budget <= res.bytes_read:
                     break
-            if final and buf and not self._skipping:
+            # An unterminated last line is taken only at the end of the file
+            # (not when the budget or ``until`` stopped the read mid-line).
+            if final and buf and not self._skipping and at_eof:
                 res.lines.append(buf)
                 self.offset += len(buf)
                 res.bytes_read += len(buf)
+                self._consumed(buf)
         return res
+
+    def _rewritten(self, fd: int) -> bool:
+        """True when the bytes just before the offset are no longer those
+        this tailer consumed (the file was rewritten in place)."""
+        n = len(self._sig)
+        if not n or self.offset < n:
+            return False
+        try:
+            return os.pread(fd, n, self.offset - n) != self._sig
+        except OSError:
+            return False
