@@ -1,21 +1,36 @@
-"""One-shot reduction of transcript files or folders (``scan``)."""
+"""One-shot reduction of transcript files or folders (``scan``).
+
+Speed (see README "Performance"): lines are decoded by the typed projection
+decoders (``exporter.projection``), and on a machine with several cores the
+files are split between forked worker processes, each reducing whole
+sessions in its own store. Files that may belong to one session (a Claude
+project folder's sessions and subagents; a Codex rollout and the subagent
+rollouts naming it as parent) go to the same worker. The workers report the
+sessions they built; should two workers have built the same session after
+all (content the grouping could not foresee), the whole scan is done again
+in one process, so the result never depends on the split.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import sys
 import time
 from pathlib import Path
 
 from .config import Config
 from .decode import LineError, decode_line
-from .discovery import walk_jsonl
 from .metrics import Metrics
 from .reducer import Timing
 from .sources import configured_roots, provider_for
 from .store import PROVIDER_MODULES, SessionStore
 
 log = logging.getLogger(__name__)
+
+#: Below this many bytes a scan stays in one process (forking costs more).
+PARALLEL_MIN_BYTES = 16 << 20
 
 
 def sniff_provider(path: str, max_lines: int = 50) -> str | None:
@@ -53,40 +68,239 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
     )
 
 
-def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float | None = None,
-         progress=None) -> tuple[list[dict], SessionStore]:
-    """Reduce ``paths`` (files or folders) once; returns the session rows (see
-    :meth:`SessionStore.rows`) evaluated at ``at`` (Unix seconds, default now)
-    and the store. Files are attributed to a provider by ``provider``, else by
-    the configured/default root they sit under, else by their records."""
-    store = make_store(cfg)
+def _walk(root: Path):
+    """``(path, is_symlink, size)`` of every ``*.jsonl`` file under ``root``
+    (as ``discovery.walk_jsonl``: no symlinked folders followed, unreadable
+    folders skipped)."""
+    stack = [str(root)]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        elif e.name.endswith(".jsonl") and e.is_file():
+                            link = e.is_symlink()
+                            yield e.path, link, (os.stat(e.path).st_size if link else e.stat().st_size)
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+
+
+class _Roots:
+    """``sources.provider_for`` with the folder-level work done once per
+    folder: a file that is not a symlink (and is not a root itself) lies under
+    the same root as its folder."""
+
+    def __init__(self, roots):
+        self.roots = roots
+        self.exact = {str(r) for _n, r in roots}
+        for _n, r in roots:
+            try:
+                self.exact.add(str(r.resolve()))
+            except OSError:
+                pass
+        self._dirs: dict[str, tuple | None] = {}
+
+    def lookup(self, fp: str, link: bool):
+        if link or fp in self.exact:
+            return provider_for(Path(fp), self.roots)
+        d = os.path.dirname(fp)
+        if d not in self._dirs:
+            self._dirs[d] = provider_for(Path(d), self.roots)
+        return self._dirs[d]
+
+
+def _discover(paths: list[str], cfg: Config, provider: str | None):
     roots = configured_roots(cfg)
-    files: list[tuple[str, str, Path]] = []
+    lookup = _Roots(roots).lookup
+    files: list[tuple[str, str, Path, int]] = []
     for p in paths:
         path = Path(p).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"{p}: no such file or folder")
-        found = [str(path)] if path.is_file() else sorted(walk_jsonl(path))
+        if path.is_file():
+            found = [(str(path), path.is_symlink(), path.stat().st_size)]
+        else:
+            found = sorted(_walk(path))
         base = path if path.is_dir() else path.parent
-        for fp in found:
+        for fp, link, size in found:
             prov, root = provider, base
             if prov is None:
-                hit = provider_for(Path(fp), roots)
+                hit = lookup(fp, link)
                 if hit:
                     prov, root = hit
             prov = prov or sniff_provider(fp)
             if prov is None:
                 log.warning("%s: no Claude Code or Codex records found; skipped", fp)
                 continue
-            files.append((fp, prov, root))
+            files.append((fp, prov, root, size))
+    return files
+
+
+def _read_files(store: SessionStore, files, progress=None) -> dict:
+    """Read ``files`` (in order) into ``store``; returns ``{session key:
+    index in files of the first file that made it}``."""
     start = time.monotonic()
     total = len(files)
-    for i, (fp, prov, root) in enumerate(files, 1):
+    first: dict = {}
+    known = set(store.sessions)
+    for i, (fp, prov, root, *_rest) in enumerate(files):
         if store.track(fp, prov, root):
             while store.refresh(fp, live=False, final=True):
                 pass
-        if progress and (i == total or time.monotonic() - start > 2 and i % 200 == 0):
-            progress(f"read {i}/{total} files")
+            f = store.files.get(fp)
+            s = f.session if f is not None else None
+            if s is not None:
+                key = (s.provider, s.session_id)
+                if key not in known:
+                    known.add(key)
+                    first[key] = i
+        if progress and (i + 1 == total or time.monotonic() - start > 2 and (i + 1) % 200 == 0):
+            progress(f"read {i + 1}/{total} files")
+    return first
+
+
+def _group_key(fp: str, prov: str) -> str:
+    """Files with the same key may belong to one session and go to one
+    worker (a guess from the layout; a wrong guess costs a serial re-run)."""
+    parts = fp.split(os.sep)
+    if prov == "claude_code":
+        # <project>/<sid>.jsonl, <project>/<sid>/subagents/agent-*.jsonl,
+        # <project>/agent-*.jsonl (2.0.x: session named inside): the project.
+        if len(parts) >= 3 and parts[-2] == "subagents":
+            return os.sep.join(parts[:-3])
+        return os.sep.join(parts[:-1])
+    # Codex: the session a rollout binds to is its first session_meta id, or
+    # its parent's for a subagent rollout.
+    return _codex_session_of(fp) or fp
+
+
+def _codex_session_of(fp: str) -> str | None:
+    try:
+        with open(fp, "rb") as f:
+            line = f.readline(1 << 20)
+    except OSError:
+        return None
+    try:
+        obj = decode_line(line.rstrip(b"\n"))
+    except LineError:
+        return None
+    payload = obj.get("payload") if obj else None
+    if not (isinstance(obj, dict) and obj.get("type") == "session_meta" and isinstance(payload, dict)):
+        return None
+    source = payload.get("source")
+    if isinstance(source, dict) and isinstance(source.get("subagent"), dict):
+        for v in source["subagent"].values():
+            if isinstance(v, dict) and isinstance(v.get("parent_thread_id"), str):
+                return v["parent_thread_id"]
+    sid = payload.get("id")
+    return sid if isinstance(sid, str) else None
+
+
+def _shards(files, n: int) -> list[list[int]]:
+    """Split file indexes into ``n`` shards of about equal bytes, keeping each
+    group whole; each shard keeps the files' order."""
+    groups: dict[str, list[int]] = {}
+    for i, (fp, prov, _root, _size) in enumerate(files):
+        groups.setdefault(_group_key(fp, prov), []).append(i)
+    loads = [0] * n
+    shards: list[list[int]] = [[] for _ in range(n)]
+    for idx in sorted(groups.values(), key=lambda g: -sum(files[i][3] for i in g)):
+        k = loads.index(min(loads))
+        shards[k].extend(idx)
+        loads[k] += sum(files[i][3] for i in idx)
+    return [sorted(s) for s in shards]
+
+
+def _workers() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return n if hasattr(os, "fork") else 1
+
+
+def _rows_of(store: SessionStore, first: dict, shard: list[int], at: float | None) -> list[tuple]:
+    """``(index of the session's first file, row)`` for every row; keys of
+    every session the store built (hidden ones too) go with it."""
+    store.evaluate(time.time() if at is None else at)
+    with store._lock:
+        rows = store.rows(at)
+    order = {key: shard[i] for key, i in first.items()}
+    return [(order.get((r["provider"], r["session_id"]), 0), r) for r in rows]
+
+
+def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
+    """Reduce ``files`` in ``n`` processes. Returns the rows, or ``None`` when
+    two workers built the same session (the caller then scans serially)."""
+    shards = [s for s in _shards(files, n) if s]
+    children = []
+    for shard in shards[1:]:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 0
+            try:
+                os.close(r)
+                store = make_store(cfg)
+                first = _read_files(store, [files[i] for i in shard])
+                out = (sorted(set(store.sessions)), _rows_of(store, first, shard, at))
+                with os.fdopen(w, "wb") as pipe:
+                    pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(w)
+        children.append((pid, r))
+    store = make_store(cfg)
+    first = _read_files(store, [files[i] for i in shards[0]], progress)
+    results = [(sorted(set(store.sessions)), _rows_of(store, first, shards[0], at))]
+    failed = False
+    for pid, r in children:
+        try:
+            with os.fdopen(r, "rb") as pipe:
+                results.append(pickle.load(pipe))
+        except (EOFError, pickle.UnpicklingError, OSError):
+            failed = True
+        _, status = os.waitpid(pid, 0)
+        failed = failed or status != 0
+    if failed:
+        log.warning("a scan worker failed; scanning again in one process")
+        return None
+    seen: set = set()
+    for keys, _rows in results:
+        if seen.intersection(keys):
+            log.debug("a session spans two scan workers; scanning again in one process")
+            return None
+        seen.update(keys)
+    indexed = [x for _keys, rows in results for x in rows]
+    indexed.sort(key=lambda x: x[0])  # the order one process creates the sessions in
+    rows = [r for _i, r in indexed]
+    rows.sort(key=lambda r: r["last_write"], reverse=True)
+    return rows
+
+
+def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float | None = None,
+         progress=None, workers: int | None = None) -> tuple[list[dict], SessionStore | None]:
+    """Reduce ``paths`` (files or folders) once; returns the session rows (see
+    :meth:`SessionStore.rows`) evaluated at ``at`` (Unix seconds, default now)
+    and the store (``None`` when worker processes did the reading; pass
+    ``workers=1`` to keep it). Files are attributed to a provider by
+    ``provider``, else by the configured/default root they sit under, else by
+    their records."""
+    files = _discover(paths, cfg, provider)
+    n = _workers() if workers is None else max(1, workers)
+    if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
+        rows = _parallel(files, cfg, at, n, progress)
+        if rows is not None:
+            return rows, None
+    store = make_store(cfg)
+    _read_files(store, files, progress)
     store.evaluate(time.time() if at is None else at)
     with store._lock:
         rows = store.rows(at)

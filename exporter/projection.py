@@ -1,0 +1,68 @@
+"""Typed projection decoding: the fast path in front of :func:`decode_line`.
+
+``orjson.loads`` builds every string and number of a line as Python objects,
+although a provider's ``FileDecoder.project`` reads a dozen fields. Each
+provider's ``*_fast`` module declares those fields as msgspec ``TypedDict``
+schemas; msgspec then builds a dict holding only them (nested objects too)
+and merely scans the rest (tool outputs, file contents, signatures). The dict
+goes to the same ``project`` as before, so the provider logic exists once.
+
+The fast path must give exactly what ``decode_line`` + ``project`` give, or
+step aside. It returns ``None`` (the caller then takes the orjson path, which
+also classifies malformed lines) whenever it is not sure:
+
+- msgspec rejects the line (malformed JSON, a field of an unexpected type —
+  e.g. ``message`` that is not an object —, nesting deeper than msgspec's
+  limit, which is lower than orjson's);
+- the line is not ASCII and not valid UTF-8: msgspec checks the UTF-8 of the
+  strings it keeps but not of those it skips, orjson checks every byte.
+
+Known difference, deliberately not guarded (it costs a scan of every line):
+a number beyond the range of a double (``1e400``, a 309-digit integer) in a
+field the schema does not name is skipped by msgspec, while orjson rejects
+the whole line as ``invalid_json``. Neither agent writes such numbers.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+#: What msgspec may raise for a line it will not decode (the orjson path then
+#: decides). RecursionError: deeper than msgspec's nesting limit.
+DECODE_ERRORS = (msgspec.DecodeError, RecursionError, ValueError, TypeError)
+
+#: ``msgspec.Raw`` field type for values whose presence (or bytes) is all
+#: that matters: scanned, never built.
+Raw = msgspec.Raw
+
+
+def utf8_ok(line: bytes) -> bool:
+    """True when ``line`` is valid UTF-8 (ASCII lines are checked in C at
+    memory speed; others are decoded once)."""
+    if line.isascii():
+        return True
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def typed_decoder(schema):
+    """A ``decode(line) -> dict | None`` for a msgspec ``TypedDict`` schema
+    (``None``: not decodable here; use the orjson path)."""
+    dec = msgspec.json.Decoder(schema).decode
+
+    def decode(line: bytes):
+        try:
+            obj = dec(line)
+        except DECODE_ERRORS:
+            return None
+        if not line.isascii():
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        return obj
+
+    return decode
