@@ -114,10 +114,11 @@ class Daemon:
                 self._drain_dirs()
                 for p in paths:
                     self._read(p, live=True)
+                polled = False
                 if time.monotonic() >= next_poll:
-                    self._poll()
+                    polled = self._poll()
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
-                if paths or time.monotonic() >= next_eval:
+                if paths or polled or time.monotonic() >= next_eval:
                     self._evaluate()
                     next_eval = time.monotonic() + cfg.reducer.evaluation_interval_seconds
                 if self.alerter is not None:
@@ -202,10 +203,12 @@ class Daemon:
                 if p not in self.store.files:
                     self._read(p, live=True)
 
-    def _poll(self) -> None:
+    def _poll(self) -> bool:
         """Stat every known file, walk the roots for new ones, recover what
-        the watcher missed (counted), drop files that vanished."""
+        the watcher missed (counted), drop files that vanished. True when it
+        read something (the caller then evaluates at once)."""
         store, m = self.store, self.metrics
+        found = False
         counting = self.watcher is not None
         for prov, root in self.roots:
             if not root.is_dir():
@@ -222,6 +225,7 @@ class Daemon:
                         if counting:
                             m.poll_recoveries.labels(prov).inc()
                         self._read(path, live=True)
+                        found = True
         for path in list(store.files):
             try:
                 st = os.stat(path)
@@ -234,12 +238,14 @@ class Daemon:
                 if counting:
                     m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
                 self._read(path, live=True)
+                found = True
         gone = store.expire()
         if gone:
             log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
         if self.watcher is not None:
             self.watcher.forget_missing()
             self.watcher.ensure()
+        return found
 
     def _evaluate(self) -> None:
         transitions = self.store.evaluate()
