@@ -182,7 +182,7 @@ class FileDecoder:
         msg = obj.get("message")
         content = msg.get("content") if isinstance(msg, dict) else None
         if isinstance(content, list):
-            kinds = {b.get("type") for b in content if isinstance(b, dict)}
+            kinds = {t for b in content if isinstance(b, dict) and isinstance(t := b.get("type"), str)}
             text = _text_of(content)
             if text is not None and text.startswith(_INTERRUPT_PREFIX):
                 ev.kind = Kind.INTERRUPT
@@ -233,7 +233,7 @@ class FileDecoder:
             return
         kinds = set()
         if isinstance(content, list):
-            kinds = {b.get("type") for b in content if isinstance(b, dict)}
+            kinds = {t for b in content if isinstance(b, dict) and isinstance(t := b.get("type"), str)}
         elif isinstance(content, str) and content:
             kinds = {"text"}
         if "tool_use" in kinds or "server_tool_use" in kinds:
