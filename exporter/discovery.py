@@ -16,6 +16,7 @@ import os
 import threading
 from pathlib import Path
 
+from watchdog import events
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
 
@@ -71,6 +72,15 @@ class ChangeQueue:
             return path in self._paths
 
 
+#: Event types that say a file was read, not written. Reacting to them would
+#: loop: reading a file opens it, which is an event, which makes us read it.
+_IGNORED = ("opened", "closed_no_write")
+#: What the watches subscribe to (no open/close-without-write from the kernel).
+_EVENTS = [events.FileCreatedEvent, events.FileModifiedEvent, events.FileMovedEvent, events.FileDeletedEvent,
+           events.FileClosedEvent, events.DirCreatedEvent, events.DirMovedEvent, events.DirDeletedEvent,
+           events.DirModifiedEvent]
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, queue: ChangeQueue, on_dir):
         self._queue = queue
@@ -78,6 +88,8 @@ class _Handler(FileSystemEventHandler):
 
     def on_any_event(self, event) -> None:  # never raises into watchdog
         try:
+            if event.event_type in _IGNORED:
+                return  # our own reads (open/close without write): never news
             for p in (event.src_path, getattr(event, "dest_path", "")):
                 if not p:
                     continue
@@ -122,7 +134,7 @@ class Watcher:
             if key in self._watched or not root.is_dir():
                 continue
             try:
-                self._observer.schedule(self._handler, key, recursive=True)
+                self._observer.schedule(self._handler, key, recursive=True, event_filter=_EVENTS)
                 self._watched.add(key)
             except OSError as e:
                 if not self.degraded:
