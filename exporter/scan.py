@@ -20,8 +20,11 @@ import sys
 import time
 from pathlib import Path
 
+from typing import Any, TypedDict, Union
+
 from .config import Config
 from .decode import LineError, decode_line
+from .projection import Raw, typed_decoder
 from .metrics import Metrics
 from .reducer import Timing
 from .sources import configured_roots, provider_for
@@ -33,6 +36,38 @@ log = logging.getLogger(__name__)
 PARALLEL_MIN_BYTES = 16 << 20
 
 
+class _SniffKeys(TypedDict, total=False):
+    # every key a provider's sniff() looks at (presence, or ``type``)
+    type: Any
+    sessionId: Raw
+    uuid: Raw
+    payload: Raw
+    record_type: Raw
+    instructions: Raw
+    id: Raw
+
+
+class _MetaPayload(TypedDict, total=False):
+    id: Any
+    source: Any
+
+
+class _Meta(TypedDict, total=False):
+    type: Any
+    payload: Union[_MetaPayload, None]
+
+
+_sniff_keys = typed_decoder(_SniffKeys)
+_meta = typed_decoder(_Meta)
+
+
+def _decode(line: bytes, fast) -> dict | None:
+    """``decode_line`` (raises ``LineError``), through the typed decoder
+    ``fast`` where it can judge the line."""
+    obj = fast(line)
+    return obj if obj is not None else decode_line(line)
+
+
 def sniff_provider(path: str, max_lines: int = 50) -> str | None:
     """Guess a file's provider from its first records (``None``: no idea)."""
     try:
@@ -42,7 +77,7 @@ def sniff_provider(path: str, max_lines: int = 50) -> str | None:
                 if not line:
                     break
                 try:
-                    obj = decode_line(line.rstrip(b"\n"))
+                    obj = _decode(line.rstrip(b"\n"), _sniff_keys)
                 except LineError:
                     continue
                 if not obj:
@@ -186,7 +221,7 @@ def _codex_session_of(fp: str) -> str | None:
     except OSError:
         return None
     try:
-        obj = decode_line(line.rstrip(b"\n"))
+        obj = _decode(line.rstrip(b"\n"), _meta)
     except LineError:
         return None
     payload = obj.get("payload") if obj else None

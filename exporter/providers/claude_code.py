@@ -20,6 +20,7 @@ Code 1.0.98 … 2.1.114):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -116,11 +117,20 @@ def _error_kind(obj: dict) -> str:
     return "api_error"
 
 
+_VERSION = re.compile(r"(\d+)\.(\d+)")
+
+
+@functools.lru_cache(maxsize=256)
+def _version_tuple(version: str) -> tuple[int, int] | None:
+    m = _VERSION.match(version)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _version_at_least(version, major: int, minor: int) -> bool:
     if not isinstance(version, str):
         return False
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+    v = _version_tuple(version)  # a handful of distinct versions: cached
+    return v is not None and v >= (major, minor)
 
 
 class FileDecoder:
