@@ -18,7 +18,7 @@ from typing import Any, TypedDict, Union
 import msgspec
 import orjson
 
-from ..projection import DECODE_ERRORS, Raw, typed_decoder
+from ..projection import DECODE_ERRORS, Raw
 
 
 class _Message(TypedDict, total=False):
@@ -57,17 +57,24 @@ class _Block(TypedDict, total=False):
     text: Any
 
 
-_record = typed_decoder(Record)
+_record = msgspec.json.Decoder(Record).decode
 _user_content = msgspec.json.Decoder(Union[str, list[_Block], None]).decode
 _loads = orjson.loads
 
 
 def decode(line: bytes) -> dict | None:
     """The record as a dict of the fields ``project`` reads, or ``None`` when
-    the orjson path must decide."""
-    obj = _record(line)
-    if obj is None:
+    the orjson path must decide (see ``projection.typed_decoder``, inlined
+    here: this runs for every line)."""
+    try:
+        obj = _record(line)
+    except DECODE_ERRORS:
         return None
+    if not line.isascii():
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
     msg = obj.get("message")
     if msg is not None:
         raw = msg.get("content")

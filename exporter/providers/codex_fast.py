@@ -13,7 +13,7 @@ from typing import Any, TypedDict, Union
 
 import msgspec
 
-from ..projection import DECODE_ERRORS, Raw, typed_decoder
+from ..projection import DECODE_ERRORS, Raw
 
 
 class _Payload(TypedDict, total=False):
@@ -49,30 +49,31 @@ class _Block(TypedDict, total=False):
     text: Any
 
 
-_record = typed_decoder(Record)
+_record = msgspec.json.Decoder(Record).decode
 _content = msgspec.json.Decoder(Union[str, list[_Block], None]).decode
-
-
-def _texts(item: dict) -> bool:
-    raw = item.get("content")
-    if raw is None:
-        return True
-    if item.get("type") != "message":
-        return True  # content is read for messages only
-    try:
-        item["content"] = _content(raw)
-    except DECODE_ERRORS:
-        return False
-    return True
 
 
 def decode(line: bytes) -> dict | None:
     """The record as a dict of the fields ``project`` reads, or ``None`` when
-    the orjson path must decide."""
-    obj = _record(line)
-    if obj is None:
+    the orjson path must decide (see ``projection.typed_decoder``, inlined
+    here: this runs for every line)."""
+    try:
+        obj = _record(line)
+    except DECODE_ERRORS:
         return None
-    payload = obj.get("payload")
-    if not _texts(payload if payload is not None else obj):
-        return None
+    if not line.isascii():
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    item = obj.get("payload")
+    if item is None:
+        item = obj  # pre-envelope bare item
+    if item.get("type") == "message":  # content is read for messages only
+        raw = item.get("content")
+        if raw is not None:
+            try:
+                item["content"] = _content(raw)
+            except DECODE_ERRORS:
+                return None
     return obj
