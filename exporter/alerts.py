@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,19 @@ log = logging.getLogger(__name__)
 LEDGER_FILE = "alerts-ledger.json"
 LEDGER_KEEP_SECONDS = 30 * 86400
 LEDGER_MAX_ENTRIES = 50_000
+
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def alert_key(kind: str, provider: str, session_id: str, turn: str) -> str:
+    """The ledger key of one alert. A turn named by a UUID (Claude record
+    ``uuid``, Codex ``turn_id``) is unique across sessions, so the key leaves
+    the session out: a resumed or forked session replaying that turn is the
+    same alert. Any other turn key is only unique within its session."""
+    if _UUID.match(turn):
+        return f"{kind}:{provider}:{turn}"
+    return f"{kind}:{provider}:{session_id}:{turn}"
 
 
 @dataclass
@@ -148,6 +162,7 @@ class Pending:
     body: str
     first_seen: float
     due: float
+    since: float | None = None  # record time the state began
     attempt: int = 0
     remaining: list = field(default_factory=list)  # target indexes still to deliver to
 
@@ -194,7 +209,11 @@ class Alerter:
         data = load_json(self.ledger_path, "alert ledger")
         entries = data.get("alerts") if isinstance(data, dict) else None
         if isinstance(entries, dict):
-            self.ledger = {k: v for k, v in entries.items() if isinstance(v, dict)}
+            self.ledger = {k: v for k, v in entries.items() if isinstance(v, dict)
+                           and type(v.get("at")) in (int, float) and isinstance(v.get("status"), str)}
+            if len(self.ledger) != len(entries):
+                log.warning("the alert ledger %s had %d unusable entries; dropped them", self.ledger_path,
+                            len(entries) - len(self.ledger))
 
     def _save(self) -> None:
         with self._save_lock:  # one writer at a time, so a newer ledger is never overwritten by an older one
@@ -228,7 +247,7 @@ class Alerter:
                 continue
             if t.old.state == kind and t.old.turn == st.turn:
                 continue  # another marker of the same turn (e.g. end_turn, then turn_duration)
-            key = f"{kind}:{s.provider}:{st.turn}"
+            key = alert_key(kind, s.provider, s.session_id, st.turn)
             entry = self.ledger.get(key)
             if key in self.pending:
                 continue
@@ -251,7 +270,7 @@ class Alerter:
                 continue
             title, body = self._message(s, st)
             p = Pending(key, kind, s, st.turn, st.state, title, body, first_seen=now,
-                        due=now + self.a.settle_seconds)
+                        due=now + self.a.settle_seconds, since=st.since)
             self.pending[key] = p
             with self._lock:
                 self.ledger[key] = {"status": "pending", "at": time.time(), "provider": s.provider,
@@ -274,7 +293,7 @@ class Alerter:
             if p.due > now or p.remaining:
                 continue
             cur = p.session.status
-            if cur.state != p.state or cur.turn != p.turn:
+            if (cur.state != p.state or cur.turn != p.turn) and not self._stood(p, cur):
                 del self.pending[key]
                 with self._lock:
                     self.ledger.pop(key, None)
@@ -285,6 +304,15 @@ class Alerter:
                 del self.pending[key]
                 continue
             self._work.put(p)
+
+    def _stood(self, p: Pending, cur) -> bool:
+        """A completion or error superseded before it settled on our clock
+        still stood for the settle time in record time when what superseded
+        it was written at least ``settle_seconds`` later (a backlog read at
+        once, or a transcript appended faster than it was written)."""
+        if p.kind == "stalled" or p.since is None or cur.since is None or cur.turn == p.turn:
+            return False
+        return cur.since - p.since >= self.a.settle_seconds
 
     # -- delivery thread ---------------------------------------------------
     def start(self) -> None:

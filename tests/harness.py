@@ -132,7 +132,7 @@ FAST = {
     "sources": {"poll_interval_seconds": 0.5},
     "reducer": {"inferred_settle_seconds": 3.0, "marker_wait_seconds": 6.0, "stall_after_seconds": 60.0,
                 "evaluation_interval_seconds": 0.1},
-    "alerts": {"settle_seconds": 0.05, "max_age_seconds": 0,
+    "alerts": {"settle_seconds": 1.0, "max_age_seconds": 0,
                "retry": {"attempts": 5, "initial_backoff_seconds": 0.2, "max_backoff_seconds": 1.0}},
 }
 

@@ -104,17 +104,43 @@ def test_pending_alert_survives_a_crash(tmp_path):
         receiver.close()
 
 
+def _claude(sid: str, recs: list[tuple]) -> bytes:
+    """(kind, seconds, uuid) triples to Claude Code lines."""
+    out = b""
+    for kind, sec, uid in recs:
+        r = {"type": "user", "uuid": uid, "sessionId": sid, "cwd": "/x/proj",
+             "timestamp": f"2026-05-01T10:00:{sec:06.3f}Z"}
+        if kind == "prompt":
+            r["message"] = {"role": "user", "content": "go on"}
+        else:
+            r.update(type="system", subtype="turn_duration", durationMs=1000)
+        out += json.dumps(r).encode() + b"\n"
+    return out
+
+
 def test_superseded_within_settle_sends_nothing(tmp_path):
+    """A queued prompt that starts the next turn 0.3 s (record time) after the
+    first ends: the first turn never settled, only the second pages. The same
+    file with the next prompt a minute later (read at once, as a fast
+    replay) pages both: the first completion stood for a minute."""
     receiver = Receiver()
     exp = Exporter(tmp_path, receiver=receiver, config={"alerts": {"settle_seconds": 1.5}}).start()
     try:
-        src = CASES / "03_malformed_midfile.jsonl"
-        sid = session_id_of(src)
-        append_lines(claude_path(tmp_path, sid), src.read_bytes(), 0.05)  # turn 2 starts within the settle
+        sid = "c0de0000-0000-4000-8000-00000000a001"
+        quick = [("prompt", 0, "9b1c0001-0000-4000-8000-000000000001"), ("done", 5, "9b1c0001-0000-4000-8000-000000000002"),
+                 ("prompt", 5.3, "9b1c0001-0000-4000-8000-000000000003"), ("done", 9, "9b1c0001-0000-4000-8000-000000000004")]
+        append_lines(claude_path(tmp_path, sid), _claude(sid, quick), 0.05)
         exp.wait_state(sid, "completed")
         wait_for(lambda: len(receiver.messages) == 1, timeout=10, what="turn 2 alert")
         time.sleep(2.0)
-        assert len(receiver.messages) == 1  # turn 1 was superseded before it settled
+        assert len(receiver.messages) == 1
+        sid2 = "c0de0000-0000-4000-8000-00000000a002"
+        slow = [("prompt", 0, "9b1c0002-0000-4000-8000-000000000001"), ("done", 5, "9b1c0002-0000-4000-8000-000000000002"),
+                ("prompt", 59, "9b1c0002-0000-4000-8000-000000000003"), ("done", 59.5, "9b1c0002-0000-4000-8000-000000000004")]
+        append_lines(claude_path(tmp_path, sid2), _claude(sid2, slow), 0.05)
+        wait_for(lambda: len(receiver.messages) == 3, timeout=10, what="both turns of the slow session")
+        time.sleep(2.0)
+        assert len(receiver.messages) == 3
     finally:
         exp.stop()
         receiver.close()

@@ -132,7 +132,7 @@ def test_case_live(case: Case, live):
         if step.state:
             exp.wait_state(sid, step.state)
         if step.alerts is not None:
-            # settle time (0.05 s) plus delivery; then make sure no extra alert follows
+            # settle time (1 s) plus delivery; then make sure no extra alert follows
             wait_for(lambda: len(_alerts_for(receiver, sid)) >= step.alerts, timeout=10,
                      what=f"{step.alerts} alerts for {case.name}")
             time.sleep(0.5)

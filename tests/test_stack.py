@@ -570,7 +570,8 @@ def _place_codex(root: Path, name: str, data: bytes | None = None, sid: str | No
 
 def _shift_to_now(name: str, new_id: str) -> bytes:
     """A Codex fixture moved in time so that its last record is a few
-    seconds old (a live session whose turn ends now), under a new id."""
+    seconds old (a live session whose turn ends now), under a new session id
+    and new turn ids."""
     lines = (FIXTURES / "codex" / name).read_bytes().splitlines()
     objs = [json.loads(line) for line in lines]
 
@@ -585,6 +586,8 @@ def _shift_to_now(name: str, new_id: str) -> bytes:
             for k, v in o.items():
                 if k == "timestamp" and isinstance(v, str):
                     o[k] = (iso(v) + delta).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                elif k == "turn_id" and isinstance(v, str):
+                    o[k] = v[:-4] + "0fff"  # new turns: a copy with the same turn ids would be a replay
                 elif k in ("started_at", "completed_at") and isinstance(v, (int, float)):
                     o[k] = int(v + delta.total_seconds())
                 else:
