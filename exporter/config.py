@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import typing
 from dataclasses import dataclass, field
@@ -166,6 +167,8 @@ def _value(tp, value, path: str, source: str):
     if tp in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{source}: {path}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{source}: {path}: must be a finite number, got {value!r}")
         if value < 0:
             raise ConfigError(f"{source}: {path}: must not be negative, got {value!r}")
         if tp is int and value != int(value):

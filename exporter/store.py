@@ -144,8 +144,12 @@ class SessionStore:
         if f is None:
             return
         self.metrics.files_watched.labels(f.provider.NAME).dec()
-        if f.session is not None:
-            f.session.files.discard(path)
+        s = f.session
+        if s is not None:
+            s.files.discard(path)
+            if not s.files:  # every file of the session is gone
+                with self._lock:
+                    self.sessions.pop((s.provider, s.session_id), None)
 
     def changed(self, path: str, st: os.stat_result) -> bool:
         """True when ``st`` differs from what the file's last read saw."""
@@ -254,6 +258,12 @@ class SessionStore:
                 sid = ev.session_id or sid
         elif f.sidechain and sid is None:
             sid = ev.session_id  # 2.0.x sibling agent file: parent's sessionId
+        elif not f.sidechain and ev.sidechain and ev.session_id and ev.session_id != sid:
+            # A subagent file outside the usual layout (renamed, copied flat):
+            # its records are sidechain and name the parent session.
+            f.sidechain = True
+            f.decoder.sidechain_file = True
+            sid = ev.session_id
         if sid is None:
             sid = ev.session_id or Path(f.path).stem
         key = (prov, sid)

@@ -297,6 +297,8 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
     ("alerts: [1]\n", "alerts"),
     ("sources: {max_line_bytes: 12}\n", "sources.max_line_bytes"),
     ("{{{", "not valid YAML"),
+    ("metrics: {max_sessions: .inf}\n", "metrics.max_sessions"),
+    ("reducer: {stall_after_seconds: .nan}\n", "reducer.stall_after_seconds"),
 ])
 def test_bad_config_fails_with_file_and_key(tmp_path, content, key):
     cfg = tmp_path / "bad.yml"

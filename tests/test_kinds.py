@@ -381,3 +381,24 @@ def test_expired_sessions_are_forgotten_and_restart_fresh(tmp_path):
         f.write(dump([c("prompt", 3, 100, text="back again")]))
     r.store.refresh(str(path), live=True)
     assert r.state(after=1)["state"] == "working"
+
+
+def test_deleted_files_take_their_session_along(tmp_path):
+    r = Run(tmp_path)
+    main = r.claude([c("prompt", 1, 0), c("tool_use", 2, 1)])
+    sub = r.claude([c("text", 3, 2, isSidechain=True)], rel=f"-proj/{CSID}/subagents/agent-1.jsonl")
+    r.store.forget(str(sub))
+    assert ("claude_code", CSID) in r.store.sessions
+    r.store.forget(str(main))
+    assert r.store.sessions == {}
+
+
+def test_flat_copied_subagent_file_joins_its_parent(tmp_path):
+    """A subagent file copied out of its layout (any name) whose records are
+    sidechain and name another session belongs to that session."""
+    r = Run(tmp_path)
+    r.claude([c("prompt", 1, 0), c("tool_use", 2, 1)])
+    r.claude([c("prompt", 3, 2, isSidechain=True), c("text", 4, 3, isSidechain=True, stop="end_turn")],
+             rel="-proj/some-copy-of-a-subagent.jsonl")
+    assert [row["session_id"] for row in r.store.rows(time.time())] == [CSID]
+    assert r.state(after=5)["state"] == "working"
