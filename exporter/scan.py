@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import sys
 import time
 from pathlib import Path
@@ -103,22 +104,26 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
     )
 
 
-def _walk(root: Path):
-    """``(path, is_symlink, size)`` of every ``*.jsonl`` file under ``root``
-    (as ``discovery.walk_jsonl``: no symlinked folders followed, unreadable
-    folders skipped)."""
-    stack = [str(root)]
+def _walk(top: Path):
+    """``(path, resolved path, size)`` of every ``*.jsonl`` file under
+    ``top`` (as ``discovery.walk_jsonl``: no symlinked folders followed,
+    unreadable folders skipped). Resolved paths come from the walk itself:
+    a folder it enters is no symlink, so only symlinked files need a
+    ``realpath``."""
+    stack = [(str(top), os.path.realpath(top))]
     while stack:
-        d = stack.pop()
+        d, real = stack.pop()
         try:
             with os.scandir(d) as it:
                 for e in it:
                     try:
                         if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
+                            stack.append((e.path, os.path.join(real, e.name)))
                         elif e.name.endswith(".jsonl") and e.is_file():
-                            link = e.is_symlink()
-                            yield e.path, link, (os.stat(e.path).st_size if link else e.stat().st_size)
+                            if e.is_symlink():
+                                yield e.path, os.path.realpath(e.path), os.stat(e.path).st_size
+                            else:
+                                yield e.path, os.path.join(real, e.name), e.stat().st_size
                     except OSError:
                         continue
         except OSError:
@@ -126,52 +131,57 @@ def _walk(root: Path):
 
 
 class _Roots:
-    """``sources.provider_for`` with the folder-level work done once per
-    folder: a file that is not a symlink (and is not a root itself) lies under
-    the same root as its folder."""
+    """``sources.provider_for`` given the resolved path (no ``resolve()`` per
+    file): the same checks in the same order, ``Path.relative_to`` done as the
+    comparison of parts it is."""
 
     def __init__(self, roots):
-        self.roots = roots
-        self.exact = {str(r) for _n, r in roots}
-        for _n, r in roots:
+        self.roots = []
+        for name, root in roots:
             try:
-                self.exact.add(str(r.resolve()))
+                real = root.resolve().parts
             except OSError:
-                pass
-        self._dirs: dict[str, tuple | None] = {}
+                real = None
+            self.roots.append((name, root, root.parts, real))
 
-    def lookup(self, fp: str, link: bool):
-        if link or fp in self.exact:
-            return provider_for(Path(fp), self.roots)
-        d = os.path.dirname(fp)
-        if d not in self._dirs:
-            self._dirs[d] = provider_for(Path(d), self.roots)
-        return self._dirs[d]
+    @staticmethod
+    def _under(parts: tuple, root: tuple | None) -> bool:
+        if root is None:
+            return False
+        if not root:  # Path(".") holds every relative path
+            return not (parts and parts[0] == "/")
+        return parts[:len(root)] == root
+
+    def lookup(self, fp: str, resolved: str):
+        cands = (Path(fp).parts, Path(resolved).parts)
+        for name, root, parts, real in self.roots:
+            for c in cands:
+                if self._under(c, parts) or self._under(c, real):
+                    return name, root
+        return None
 
 
 def _discover(paths: list[str], cfg: Config, provider: str | None):
-    roots = configured_roots(cfg)
-    lookup = _Roots(roots).lookup
-    files: list[tuple[str, str, Path, int]] = []
+    """``(path, provider, root, size)`` of every file to read, in order.
+    ``provider`` is ``None`` where only the records can tell (the reader
+    sniffs them: in the worker, when there are workers)."""
+    lookup = _Roots(configured_roots(cfg)).lookup
+    files: list[tuple[str, str | None, Path, int]] = []
     for p in paths:
         path = Path(p).expanduser()
         if not path.exists():
             raise FileNotFoundError(f"{p}: no such file or folder")
         if path.is_file():
-            found = [(str(path), path.is_symlink(), path.stat().st_size)]
+            found = [(str(path), os.path.realpath(path), path.stat().st_size)]
         else:
             found = sorted(_walk(path))
         base = path if path.is_dir() else path.parent
-        for fp, link, size in found:
+        for fp, resolved, size in found:
             prov, root = provider, base
             if prov is None:
-                hit = lookup(fp, link)
+                hit = lookup(fp, resolved)
                 if hit:
                     prov, root = hit
-            prov = prov or sniff_provider(fp)
-            if prov is None:
-                log.warning("%s: no Claude Code or Codex records found; skipped", fp)
-                continue
             files.append((fp, prov, root, size))
     return files
 
@@ -184,7 +194,10 @@ def _read_files(store: SessionStore, files, progress=None) -> dict:
     first: dict = {}
     known = set(store.sessions)
     for i, (fp, prov, root, *_rest) in enumerate(files):
-        if store.track(fp, prov, root):
+        prov = prov or sniff_provider(fp)
+        if prov is None:
+            log.warning("%s: no Claude Code or Codex records found; skipped", fp)
+        elif store.track(fp, prov, root):
             while store.refresh(fp, live=False, final=True):
                 pass
             f = store.files.get(fp)
@@ -203,6 +216,8 @@ def _group_key(fp: str, prov: str) -> str:
     """Files with the same key may belong to one session and go to one
     worker (a guess from the layout; a wrong guess costs a serial re-run)."""
     parts = fp.split(os.sep)
+    if prov is None:  # not under a known root: guess from the name (the reader sniffs)
+        prov = "codex" if _ROLLOUT_NAME.match(parts[-1]) else "claude_code"
     if prov == "claude_code":
         # <project>/<sid>.jsonl, <project>/<sid>/subagents/agent-*.jsonl,
         # <project>/agent-*.jsonl (2.0.x: session named inside): the project.
@@ -212,6 +227,9 @@ def _group_key(fp: str, prov: str) -> str:
     # Codex: the session a rollout binds to is its first session_meta id, or
     # its parent's for a subagent rollout.
     return _codex_session_of(fp) or fp
+
+
+_ROLLOUT_NAME = re.compile(r"^rollout-.*\.jsonl$")
 
 
 def _codex_session_of(fp: str) -> str | None:
