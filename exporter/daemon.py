@@ -9,6 +9,7 @@ delivery runs in its own thread and never blocks reading.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -21,11 +22,18 @@ from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store
 from .sources import configured_roots
+from .store import Transition
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_EVERY_SECONDS = 5.0
+
+
+def _valid_checkpoint(data: dict) -> bool:
+    files, open_ = data.get("files"), data.get("open", [])
+    return (isinstance(files, dict) and isinstance(open_, list)
+            and all(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) for v in files.values()))
 
 
 class Daemon:
@@ -52,7 +60,11 @@ class Daemon:
         self._missing: set[Path] = set()
         self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
         self._checkpoint: dict | None = None
-        self._saved_offsets: dict = {}
+        self._saved: tuple = ({}, [])
+        #: Sessions the previous run saw still open (working/stalled) at its
+        #: last checkpoint: a turn end they reach now was never news to it.
+        self._carry: set[tuple[str, str]] = set()
+        self._backfilled = False  # the start-up scan ran to its end
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -76,17 +88,43 @@ class Daemon:
             self._thread.join(timeout=10)
         if self.watcher:
             self.watcher.stop()
-        self._save_checkpoint()
+        if self._backfilled:
+            self._save_checkpoint()
+        # else: stopped during the start-up scan. The previous checkpoint (if
+        # any) stays: what this run did not reach is still old history, not
+        # news written while the exporter was down.
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, force: bool = False) -> None:
+        """Write what was read (path → [inode, offset]) and which sessions
+        were still open, atomically; skipped when nothing changed (unless
+        ``force``)."""
         offsets = self.store.offsets()
-        if offsets == self._saved_offsets:
+        open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
+                       if not s.hidden and s.status.state in ("working", "stalled"))
+        open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
+        if (offsets, open_) == self._saved and not force:
             return
         try:
-            save_json(self.checkpoint_path, {"version": 1, "files": offsets})
-            self._saved_offsets = offsets
+            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_})
+            self._saved = (offsets, open_)
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
+
+    def _news(self, transitions: list[Transition]) -> list[Transition]:
+        """A session the previous run left open (working, or an answer not yet
+        settled) whose turn ends now was never paged: its ending is news,
+        although the records deciding it were read before the restart."""
+        if not self._carry:
+            return transitions
+        out = []
+        for t in transitions:
+            key = (t.session.provider, t.session.session_id)
+            if key in self._carry and t.new.state not in ("working", "stalled", "unknown"):
+                self._carry.discard(key)
+                if not t.new.live and t.new.state in ("completed", "error"):
+                    t = Transition(t.session, t.old, dataclasses.replace(t.new, live=True))
+            out.append(t)
+        return out
 
     # -- worker ------------------------------------------------------------
     def _on_dir(self, path: str) -> None:
@@ -99,6 +137,12 @@ class Daemon:
             self._backfill()
         except Exception:  # pragma: no cover - never let the reader die silently
             log.exception("start-up scan failed")
+        if not self._stop.is_set():
+            # At once, even with nothing read: a checkpoint is also the mark
+            # that this state_dir has run before, so that a crash before the
+            # first periodic save does not make the next start take what was
+            # written meanwhile for old history (and page none of it).
+            self._save_checkpoint(force=True)
         self.ready.set()
         cfg = self.cfg
         next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
@@ -135,14 +179,20 @@ class Daemon:
         checkpoint: same path and inode) are backfill; bytes after them were
         written while the exporter was down and are news."""
         started = time.monotonic()
-        files_cp = load_json(self.checkpoint_path, "checkpoint").get("files")
+        cp = load_json(self.checkpoint_path, "checkpoint", _valid_checkpoint)
+        files_cp = cp.get("files")
         self._checkpoint = files_cp if isinstance(files_cp, dict) else None
+        open_ = cp.get("open")
+        if isinstance(open_, list):
+            self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
         files = []
         for prov, root in self.roots:
             if root.is_dir():
                 files.extend((p, prov, root) for p in walk_jsonl(root))
         total, done, last_note = len(files), 0, started
         for path, prov, root in files:
+            if self._stop.is_set():
+                break
             if self.store.track(path, prov, root):
                 self._read(path, live=False, until=self._resume_offset(path))
                 self._read(path, live=True)
@@ -150,9 +200,13 @@ class Daemon:
             if time.monotonic() - last_note > 5:
                 last_note = time.monotonic()
                 log.info("start-up scan: %d/%d files", done, total)
-        transitions = self.store.evaluate()
+        if self._stop.is_set():
+            log.info("start-up scan stopped (%d/%d files begun)", done + 1 if done < total else done, total)
+            return
+        transitions = self._news(self.store.evaluate())
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
+        self._backfilled = True
         log.info("start-up scan done: %d files, %d sessions in %.1f s", total, len(self.store.sessions),
                  time.monotonic() - started)
 
@@ -170,9 +224,20 @@ class Daemon:
             st = os.stat(path)
         except OSError:
             return None
-        if cp[0] != st.st_ino or not isinstance(cp[1], int) or cp[1] > st.st_size:
+        if cp[0] != st.st_ino or not isinstance(cp[1], int) or not 0 <= cp[1] <= st.st_size:
             return None
+        if cp[1] and not self._line_end_at(path, cp[1]):
+            return None  # rewritten while the exporter was down: not where it stopped
         return cp[1]
+
+    @staticmethod
+    def _line_end_at(path: str, offset: int) -> bool:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset - 1)
+                return f.read(1) == b"\n"
+        except OSError:
+            return False
 
     def _read(self, path: str, live: bool, until: int | None = None) -> None:
         store = self.store
@@ -184,7 +249,8 @@ class Daemon:
             store.forget(path)
             return
         while store.refresh(path, live=live, until=until):
-            pass
+            if self._stop.is_set():
+                return  # shutting down: the checkpoint says how far this got
 
     def _root_of(self, path: str):
         for prov, root in self.roots:
@@ -248,6 +314,6 @@ class Daemon:
         return found
 
     def _evaluate(self) -> None:
-        transitions = self.store.evaluate()
+        transitions = self._news(self.store.evaluate())
         if self.alerter is not None and transitions:
             self.alerter.observe(transitions, time.time())

@@ -40,12 +40,45 @@ def save_json(path: Path, data) -> None:
         pass
 
 
-def load_json(path: Path, what: str):
+def _remove_leftovers(path: Path) -> None:
+    """Delete temp files an interrupted :func:`save_json` left (a crash
+    between ``mkstemp`` and ``os.replace``)."""
+    try:
+        with os.scandir(path.parent) as it:
+            for e in it:
+                if e.name.startswith(path.name + ".") and e.name.endswith(".tmp") and e.is_file(follow_symlinks=False):
+                    try:
+                        os.unlink(e.path)
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+
+
+def set_aside(path: Path, what: str, why) -> Path:
+    """Rename an unusable state file (or folder) to
+    ``<name>.corrupt-<time>`` with a warning; returns the new path."""
+    aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 10**9:09d}")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        aside = path
+    log.warning("the %s %s is unusable (%s); set it aside as %s and starting fresh", what, path, why, aside)
+    return aside
+
+
+def load_json(path: Path, what: str, valid=None):
     """Read a JSON state file; ``{}`` when missing. A corrupt or foreign file
-    is renamed to ``<name>.corrupt-<time>`` with a warning, never raised."""
+    (not JSON, not an object, another ``version``, or ``valid(data)`` false)
+    is renamed to ``<name>.corrupt-<time>`` with a warning, never raised.
+    Temp files of an interrupted write are removed."""
+    _remove_leftovers(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
+        return {}
+    except IsADirectoryError:
+        set_aside(path, what, "a folder, not a file")
         return {}
     except OSError as e:
         log.warning("cannot read the %s %s: %s; starting without it", what, path, e.strerror or e)
@@ -54,12 +87,9 @@ def load_json(path: Path, what: str):
         data = orjson.loads(raw)
         if not isinstance(data, dict) or data.get("version") != 1:
             raise ValueError("not a state file of this exporter")
+        if valid is not None and not valid(data):
+            raise ValueError("unexpected contents")
         return data
     except (orjson.JSONDecodeError, ValueError) as e:
-        aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-        try:
-            os.replace(path, aside)
-        except OSError:
-            aside = path
-        log.warning("the %s %s is unreadable (%s); set it aside as %s and starting fresh", what, path, e, aside)
+        set_aside(path, what, e)
         return {}
