@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from .config import Config
-from .discovery import ChangeQueue, Watcher, walk_jsonl
+from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store
@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_EVERY_SECONDS = 5.0
+
+
+def _stat_key(st: os.stat_result) -> tuple:
+    """What must change before a file that could not be read is tried again
+    (a chmod changes ``st_ctime_ns``)."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
 
 def _valid_checkpoint(data: dict) -> bool:
@@ -51,7 +57,8 @@ class Daemon:
         self.roots = configured_roots(cfg)
         self.alerter = alerter
         self.queue = ChangeQueue()
-        self.watcher = Watcher(self.roots, self.queue, self._on_dir) if cfg.sources.watch_events else None
+        self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
+                        if cfg.sources.watch_events else None)
         self.ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,6 +72,9 @@ class Daemon:
         #: last checkpoint: a turn end they reach now was never news to it.
         self._carry: set[tuple[str, str]] = set()
         self._backfilled = False  # the start-up scan ran to its end
+        self._denied: set[str] = set()  # folders that could not be listed at the last poll
+        self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
+        self._next_coverage = 0.0
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -245,12 +255,30 @@ class Daemon:
             hit = self._root_of(path)
             if hit is None or not os.path.isfile(path) or not store.track(path, hit[0], hit[1]):
                 return
-        if not os.path.exists(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
             store.forget(path)
+            self._unreadable.pop(path, None)
             return
+        except OSError:
+            st = None
+        key = _stat_key(st) if st is not None else None
+        if key is not None and self._unreadable.get(path) == key:
+            return  # failed with this very stat: logged and counted once; tried again when it changes
+        t = store.files[path].tailer
+        before = (t.inode, t.size, t.mtime_ns)
         while store.refresh(path, live=live, until=until):
             if self._stop.is_set():
                 return  # shutting down: the checkpoint says how far this got
+        f = store.files.get(path)
+        if f is None:
+            return
+        if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
+                and store.changed(path, st):
+            self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
+        elif self._unreadable.pop(path, None) is not None:
+            log.info("%s can be read again", path)
 
     def _root_of(self, path: str):
         for prov, root in self.roots:
@@ -276,6 +304,8 @@ class Daemon:
         store, m = self.store, self.metrics
         found = False
         counting = self.watcher is not None
+        folders: dict[str, int] = {}
+        denied: dict[str, OSError] = {}
         for prov, root in self.roots:
             if not root.is_dir():
                 if root not in self._missing:
@@ -285,23 +315,30 @@ class Daemon:
             if root in self._missing:
                 self._missing.discard(root)
                 log.info("%s folder %s appeared; reading it", prov, root)
-            for path in walk_jsonl(root):
+            stats = WalkStats()
+            for path in walk_jsonl(root, stats):
                 if path not in store.files and not self.queue.pending(path):
                     if store.track(path, prov, root):
                         if counting:
                             m.poll_recoveries.labels(prov).inc()
                         self._read(path, live=True)
                         found = True
+            folders[str(root)] = stats.dirs
+            denied.update(stats.denied)
+        self._note_denied(denied)
         for path in list(store.files):
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 store.forget(path)
+                self._unreadable.pop(path, None)
                 continue
             except OSError:
                 continue
             if store.changed(path, st) and not self.queue.pending(path):
-                if counting:
+                if self._unreadable.get(path) == _stat_key(st):
+                    continue  # failed with this very stat: logged and counted once, retried when it changes
+                if counting and path not in self._unreadable:
                     m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
                 self._read(path, live=True)
                 found = True
@@ -311,7 +348,22 @@ class Daemon:
         if self.watcher is not None:
             self.watcher.forget_missing()
             self.watcher.ensure()
+            if time.monotonic() >= self._next_coverage:
+                self._next_coverage = time.monotonic() + 2.0
+                self.watcher.check_coverage(folders)
         return found
+
+    def _note_denied(self, denied: dict[str, OSError]) -> None:
+        """Say once when a folder cannot be listed (its transcripts are not
+        read), and when it can again."""
+        for d in sorted(set(denied) - self._denied):
+            e = denied[d]
+            log.warning("cannot list folder %s: %s; its transcripts are not read until it can be", d,
+                        e.strerror or e)
+        for d in sorted(self._denied - set(denied)):
+            if os.path.isdir(d):
+                log.info("folder %s can be listed again", d)
+        self._denied = set(denied)
 
     def _evaluate(self) -> None:
         transitions = self._news(self.store.evaluate())

@@ -7,13 +7,23 @@ network file systems, appends through a long-open fd on macOS). Changes only
 the poll found are counted (``coding_agent_poll_recoveries_total``).
 
 The watchdog handler never raises and does no work: it only queues paths.
+
+When the kernel refuses watches (inotify's ``fs.inotify.max_user_watches`` or
+``max_user_instances`` reached) watchdog either fails to watch a root (an
+``OSError``) or — for folders below a root — silently leaves them unwatched.
+The watcher compares the watches this process holds (``/proc/self/fdinfo``)
+with the folders the poll listed, and says in the log when file events cover
+only part of the tree and polling covers the rest.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 
 from watchdog import events
@@ -23,14 +33,27 @@ from watchdog.observers import Observer
 log = logging.getLogger(__name__)
 
 
-def walk_jsonl(root: Path):
+class WalkStats:
+    """What a walk saw: ``dirs`` folders listed, ``denied`` the folders that
+    could not be listed (path → error)."""
+
+    __slots__ = ("dirs", "denied")
+
+    def __init__(self) -> None:
+        self.dirs = 0
+        self.denied: dict[str, OSError] = {}
+
+
+def walk_jsonl(root: Path, stats: WalkStats | None = None):
     """Yield every ``*.jsonl`` file path under ``root`` (no symlinked
-    folders followed; unreadable folders skipped)."""
+    folders followed; unreadable folders skipped, and noted in ``stats``)."""
     stack = [str(root)]
     while stack:
         d = stack.pop()
         try:
             with os.scandir(d) as it:
+                if stats is not None:
+                    stats.dirs += 1
                 for e in it:
                     try:
                         if e.is_dir(follow_symlinks=False):
@@ -39,8 +62,42 @@ def walk_jsonl(root: Path):
                             yield e.path
                     except OSError:
                         continue
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if stats is not None:
+                stats.denied[d] = e
+            continue
+
+
+def inotify_watches() -> int | None:
+    """How many inotify watches this process holds (Linux ``/proc``); None
+    where that cannot be known."""
+    if not sys.platform.startswith("linux"):
+        return None
+    total = None
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+                n = f.read().count(b"\ninotify wd:")
         except OSError:
             continue
+        total = (total or 0) + n
+    return total
+
+
+def _why(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "inotify watch limit reached: raise fs.inotify.max_user_watches"
+    if e.errno == errno.EMFILE:
+        return "inotify instance limit reached: raise fs.inotify.max_user_instances"
+    return e.strerror or str(e)
 
 
 class ChangeQueue:
@@ -108,16 +165,25 @@ class Watcher:
 
     ``roots`` is a list of ``(provider, Path)``. ``on_dir(path)`` is called
     (from watchdog's thread) when a folder appears, so the owner can walk it.
-    Failures (inotify watch limit, a root that vanished) are logged and leave
-    polling in charge.
+    Failures (inotify watch or instance limit, a root that vanished or was
+    replaced) are logged and leave polling (every ``poll_interval`` seconds)
+    in charge.
     """
 
-    def __init__(self, roots, queue: ChangeQueue, on_dir):
+    #: Seconds between attempts to watch again the folders the kernel refused.
+    RETRY_SECONDS = 300.0
+
+    def __init__(self, roots, queue: ChangeQueue, on_dir, poll_interval: float = 2.0):
         self.roots = roots
+        self.poll_interval = poll_interval
         self._handler = _Handler(queue, on_dir)
         self._observer = None
-        self._watched: set[str] = set()
-        self.degraded = False
+        self._watched: dict[str, int] = {}  # root → its inode when it was scheduled
+        self.degraded = False  # some root or folder has no file events (polling only)
+        self._failed: set[str] = set()  # roots (or "" for the observer) the kernel refused
+        self._short = 0  # consecutive checks that found fewer watches than folders
+        self._partial = False
+        self._retry_at = 0.0
 
     def ensure(self) -> None:
         """Start or restart the observer and watch every existing root."""
@@ -126,28 +192,90 @@ class Watcher:
             self._observer = None
             self._watched.clear()
         if self._observer is None:
-            self._observer = Observer()
-            self._observer.daemon = True
-            self._observer.start()
+            try:
+                observer = Observer()
+                observer.daemon = True
+                observer.start()
+            except OSError as e:  # inotify instance limit, no inotify at all
+                if "" not in self._failed:
+                    log.warning("cannot start the file watcher (%s); polling every %g s instead", _why(e),
+                                self.poll_interval)
+                self._failed.add("")
+                self.degraded = True
+                return
+            self._observer = observer
+            self._failed.discard("")
         for _prov, root in self.roots:
             key = str(root)
-            if key in self._watched or not root.is_dir():
+            if key in self._watched:
+                continue
+            try:
+                ino = os.stat(key).st_ino
+            except OSError:
+                continue
+            if not os.path.isdir(key):
                 continue
             try:
                 self._observer.schedule(self._handler, key, recursive=True, event_filter=_EVENTS)
-                self._watched.add(key)
+                self._watched[key] = ino
+                if key in self._failed:
+                    self._failed.discard(key)
+                    log.info("watching %s for file events again", key)
             except OSError as e:
-                if not self.degraded:
-                    log.warning("cannot watch %s for file events (%s); relying on polling", key, e.strerror or e)
-                self.degraded = True
+                if key not in self._failed:
+                    log.warning("cannot watch %s for file events (%s); polling it every %g s instead", key,
+                                _why(e), self.poll_interval)
+                self._failed.add(key)
+        self.degraded = bool(self._failed) or self._partial
+
+    def check_coverage(self, folders: dict[str, int]) -> None:
+        """Compare the inotify watches held with ``folders`` (root → folders
+        the poll listed under it). Fewer watches than folders on two checks in
+        a row means the kernel refused some (watchdog does not say): log it
+        once, and try again every ``RETRY_SECONDS``."""
+        if self._observer is None or not self._watched:
+            return
+        want = sum(n for root, n in folders.items() if root in self._watched)
+        have = inotify_watches()
+        if have is None or want == 0:
+            return
+        if have >= want:
+            self._short = 0
+            if self._partial:
+                log.info("file events cover all %d folders again", want)
+                self._partial = False
+            self.degraded = bool(self._failed)
+            return
+        self._short += 1
+        if self._short < 2:
+            return  # folders created since the walk are watched a moment later
+        now = time.monotonic()
+        if not self._partial:
+            log.warning("file events cover only %d of %d folders (inotify watch limit reached: raise "
+                        "fs.inotify.max_user_watches); polling every %g s covers the rest", have, want,
+                        self.poll_interval)
+            self._partial = True
+            self.degraded = True
+            self._retry_at = now + self.RETRY_SECONDS
+        elif now >= self._retry_at:
+            self._retry_at = now + self.RETRY_SECONDS
+            self._short = 0
+            self._observer = self._restart()
+            self.ensure()
 
     def forget_missing(self) -> None:
-        """Drop the bookkeeping of roots that disappeared so they are watched
-        again when they come back."""
-        for key in list(self._watched):
-            if not os.path.isdir(key):
-                self._watched.discard(key)
+        """Drop the watches of roots that disappeared or were replaced (a new
+        folder under the same name: the old watch went with the old one), so
+        that they are watched again when they exist."""
+        for key, ino in list(self._watched.items()):
+            try:
+                same = os.path.isdir(key) and os.stat(key).st_ino == ino
+            except OSError:
+                same = False
+            if not same:
+                log.info("%s disappeared or was replaced; watching it again when it exists", key)
                 self._observer = None if self._observer is None else self._restart()
+                break
 
     def _restart(self):
         try:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -64,12 +65,14 @@ class Daemon(Exporter):
 
     def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
                  extra_args: list[str] | None = None, env: dict | None = None, prefix: list[str] | None = None,
-                 preexec_fn=None, listen: str | None = None, scheme: str = "http"):
+                 preexec_fn=None, listen: str | None = None, scheme: str = "http",
+                 python_args: list[str] | None = None):
         super().__init__(root, config=config, receiver=receiver, extra_args=extra_args, env=env)
         self.prefix = prefix or []
         self.preexec_fn = preexec_fn
         self.listen = listen if listen is not None else f"127.0.0.1:{self.port}"
         self.scheme = scheme
+        self.python_args = python_args or ["-m", "exporter"]  # e.g. ["-c", wrapper]: argv[1:] follow
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
     def start(self, wait_ready: bool = True) -> "Daemon":
@@ -81,7 +84,7 @@ class Daemon(Exporter):
         self._log = open(self.log_path, "ab")
         listen = ["--web.listen-address", self.listen] if self.listen else []
         self.proc = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "exporter", "run", "--config.file", str(self.config_path),
+            [*self.prefix, sys.executable, *self.python_args, "run", "--config.file", str(self.config_path),
              *listen, *self.extra_args],
             cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
         if wait_ready:
@@ -147,7 +150,8 @@ class ClaudeSession:
     def _base(self, **kw) -> dict:
         self.n += 1
         r = {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": self.cwd,
-             "sessionId": self.sid, "version": "2.1.120", "uuid": f"{self.sid}-{self.n:06d}",
+             "sessionId": self.sid, "version": "2.1.120",
+             "uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.sid}/{self.n}")),
              "timestamp": iso()}
         r.update(kw)
         return r
