@@ -5,6 +5,7 @@ path, and a scan split over processes equals a scan in one."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -82,6 +83,25 @@ def test_fast_decoder_steps_aside_exactly_where_orjson_must_decide(path):
                 continue
             assert full is not None, line[:200]
             assert d_fast.project(obj) == d_slow.project(full)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(FIXTURES)) for p in FILES])
+def test_fast_decoder_on_non_ascii_text_escaped(path):
+    """Non-ASCII lines go to orjson; written with ``\\u`` escapes (as some
+    writers do) they are ASCII and take the typed path: same events."""
+    for mod, fast in PROVIDERS:
+        d_slow, d_fast = mod.FileDecoder(), mod.FileDecoder()
+        for line in path.read_bytes().split(b"\n"):
+            try:
+                full = decode_line(line)
+            except LineError:
+                continue
+            if full is None or line.isascii():
+                continue
+            escaped = json.dumps(full, ensure_ascii=True).encode()
+            obj = fast.decode(escaped)
+            assert obj is not None
+            assert d_fast.project(obj) == d_slow.project(decode_line(escaped))
 
 
 @pytest.mark.parametrize("line", [

@@ -64,17 +64,14 @@ _loads = orjson.loads
 
 def decode(line: bytes) -> dict | None:
     """The record as a dict of the fields ``project`` reads, or ``None`` when
-    the orjson path must decide (see ``projection.typed_decoder``, inlined
-    here: this runs for every line)."""
+    the orjson path must decide: a non-ASCII line, or one msgspec rejects
+    (see ``exporter.projection``; inlined here: this runs for every line)."""
+    if not line.isascii():
+        return None
     try:
         obj = _record(line)
     except DECODE_ERRORS:
         return None
-    if not line.isascii():
-        try:
-            line.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
     msg = obj.get("message")
     if msg is not None:
         raw = msg.get("content")
