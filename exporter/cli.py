@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -130,6 +131,22 @@ def _check(cfg) -> int:
 
 
 def _run(args, cfg) -> int:
+    # Signals first: a SIGTERM/SIGINT at any moment from here on is a clean
+    # stop (exit 0, checkpoint written); a second one while stopping exits at
+    # once.
+    stop = threading.Event()
+
+    def _signal(signum, _frame):
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            log.warning("received %s again while stopping; exiting now", name)
+            os._exit(1)
+        log.info("received %s; shutting down", name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _signal)
+    signal.signal(signal.SIGINT, _signal)
+
     from .alerts import Alerter
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
@@ -145,7 +162,7 @@ def _run(args, cfg) -> int:
     alerter = Alerter.from_config(cfg, metrics)
     daemon = Daemon(cfg, metrics, alerter)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
-    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users)
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers)
     try:
         server = serve(app, args.listen, web)
     except ValueError as e:
@@ -158,20 +175,14 @@ def _run(args, cfg) -> int:
     host, port = server.server_address[:2]
     log.info("coding-agent-exporter %s serving %s://%s:%d%s", __version__, scheme,
              f"[{host}]" if ":" in host else host, port, telemetry)
-    stop = threading.Event()
-
-    def _signal(signum, _frame):
-        log.info("received %s; shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
-    alerter.start()
-    daemon.start()
+    if not stop.is_set():
+        alerter.start()
+        daemon.start()
     while not stop.is_set():
         stop.wait(1.0)
     daemon.stop()
     alerter.stop()
     server.shutdown()
+    server.server_close()
     log.info("stopped")
     return 0

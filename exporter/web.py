@@ -2,14 +2,26 @@
 negotiation), a landing page at ``/``, ``/-/healthy`` and ``/-/ready``.
 
 ``--web.config.file`` takes the exporter-toolkit format: ``tls_server_config``
-(``cert_file``, ``key_file``) and ``basic_auth_users`` (user: bcrypt hash).
+(``cert_file``, ``key_file``, ``client_ca_file``, ``client_auth_type``,
+``min_version``, ``max_version``), ``basic_auth_users`` (user: bcrypt hash)
+and ``http_server_config.headers``. Keys this exporter cannot honour
+(``cipher_suites``, ``curve_preferences``, …) are refused at start rather than
+silently ignored: a security setting that does nothing is worse than an error.
+
+Hardening: the TLS handshake runs in the connection's own thread with a
+timeout (a client that connects and sends nothing cannot block the accept
+loop); every connection has an idle timeout; an unknown user costs the same
+bcrypt work as a known one (no user enumeration by timing); passwords bcrypt
+cannot take (over 72 bytes) are refused with 401, not a 500.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
 import logging
+import os
 import ssl
 import threading
 from socketserver import ThreadingMixIn
@@ -25,14 +37,68 @@ from .config import ConfigError
 log = logging.getLogger(__name__)
 
 
+#: Seconds a connection may take for its TLS handshake and stay idle.
+CONNECTION_TIMEOUT_SECONDS = 30.0
+
+_TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
+                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"": ssl.CERT_NONE, "NoClientCert": ssl.CERT_NONE, "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+                "RequireAndVerifyClientCert": ssl.CERT_REQUIRED}
+_TLS_KEYS = {"cert_file", "key_file", "client_ca_file", "client_auth_type", "min_version", "max_version"}
+#: exporter-toolkit keys this exporter does not implement (refused, never ignored).
+_TLS_UNSUPPORTED = {"cert", "key", "client_ca", "cipher_suites", "curve_preferences", "prefer_server_cipher_suites",
+                    "client_allowed_sans"}
+
+
 class WebConfig:
     """Parsed exporter-toolkit web config: ``cert_file``, ``key_file`` (or
-    None) and ``users`` (name → bcrypt hash bytes)."""
+    None), ``context`` (the server's ``ssl.SSLContext`` or None), ``users``
+    (name → bcrypt hash bytes) and ``headers`` (added to every response)."""
 
-    def __init__(self, cert_file=None, key_file=None, users=None):
+    def __init__(self, cert_file=None, key_file=None, users=None, context=None, headers=None):
         self.cert_file = cert_file
         self.key_file = key_file
         self.users = users or {}
+        self.context = context
+        self.headers = headers or {}
+
+
+def _tls_context(path: str, tls: dict) -> ssl.SSLContext:
+    where = f"{path}: tls_server_config"
+    for key in tls:
+        if key in _TLS_UNSUPPORTED:
+            raise ConfigError(f"{where}.{key}: not supported by this exporter (remove it)")
+        if key not in _TLS_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown key (known: {', '.join(sorted(_TLS_KEYS))})")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # exporter-toolkit's default
+    for key, attr in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
+        if tls.get(key) is not None:
+            if tls[key] not in _TLS_VERSIONS:
+                raise ConfigError(f"{where}.{key}: expected one of {', '.join(_TLS_VERSIONS)}, got {tls[key]!r}")
+            setattr(ctx, attr, _TLS_VERSIONS[tls[key]])
+    try:
+        ctx.load_cert_chain(tls["cert_file"], tls["key_file"])
+    except (OSError, ssl.SSLError) as e:
+        raise ConfigError(f"{where}: cannot load cert_file {tls['cert_file']!r} and key_file "
+                          f"{tls['key_file']!r}: {getattr(e, 'strerror', None) or e}") from None
+    auth = tls.get("client_auth_type") or ""
+    if auth not in _CLIENT_AUTH:
+        raise ConfigError(f"{where}.client_auth_type: expected one of "
+                          f"{', '.join(k for k in _CLIENT_AUTH if k)}, got {auth!r}")
+    ca = tls.get("client_ca_file")
+    if _CLIENT_AUTH[auth] != ssl.CERT_NONE and not ca:
+        raise ConfigError(f"{where}.client_auth_type: {auth} needs client_ca_file")
+    if ca and _CLIENT_AUTH[auth] == ssl.CERT_NONE:
+        raise ConfigError(f"{where}.client_ca_file: set, but client_auth_type does not verify client certificates")
+    if ca:
+        try:
+            ctx.load_verify_locations(cafile=ca)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"{where}.client_ca_file: cannot load {ca!r}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
+    ctx.verify_mode = _CLIENT_AUTH[auth]
+    return ctx
 
 
 def load_web_config(path: str | None) -> WebConfig:
@@ -59,20 +125,50 @@ def load_web_config(path: str | None) -> WebConfig:
     cert, key = tls.get("cert_file"), tls.get("key_file")
     if bool(cert) != bool(key):
         raise ConfigError(f"{path}: tls_server_config: cert_file and key_file go together")
+    if tls and not cert:
+        raise ConfigError(f"{path}: tls_server_config: cert_file and key_file are required")
+    context = _tls_context(path, tls) if cert else None
     users = data.get("basic_auth_users") or {}
     if not isinstance(users, dict) or not all(isinstance(v, str) for v in users.values()):
         raise ConfigError(f"{path}: basic_auth_users: expected a mapping of user to bcrypt hash")
     for user, hashed in users.items():
         if not hashed.startswith("$2"):
             raise ConfigError(f"{path}: basic_auth_users.{user}: not a bcrypt hash")
-    return WebConfig(cert, key, {str(u): h.encode() for u, h in users.items()})
+        try:
+            bcrypt.checkpw(b"", hashed.encode())
+        except ValueError:
+            raise ConfigError(f"{path}: basic_auth_users.{user}: not a valid bcrypt hash") from None
+    http = data.get("http_server_config") or {}
+    if not isinstance(http, dict):
+        raise ConfigError(f"{path}: http_server_config: expected a mapping")
+    for k in http:
+        if k not in ("headers", "http2"):
+            raise ConfigError(f"{path}: http_server_config.{k}: unknown key (known: headers, http2)")
+    headers = http.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) and "\n" not in k + v
+                                                and "\r" not in k + v for k, v in headers.items()):
+        raise ConfigError(f"{path}: http_server_config.headers: expected a mapping of header to value")
+    if users and not cert:
+        log.warning("%s: basic_auth_users without tls_server_config: passwords cross the network in clear", path)
+    return WebConfig(cert, key, {str(u): h.encode() for u, h in users.items()}, context, headers)
 
 
 class _Auth:
+    """HTTP basic auth against bcrypt hashes. Successful credentials are
+    remembered as a SHA-256 digest (bcrypt is deliberately slow), never in
+    clear; an unknown user is checked against a dummy hash of the same cost."""
+
     def __init__(self, users: dict[str, bytes]):
         self.users = users
-        self._ok: set[tuple[str, str]] = set()
+        self._ok: set[bytes] = set()
         self._lock = threading.Lock()
+        self._dummy = None
+        if users:
+            salt = next(iter(users.values()))[:29]  # $2b$NN$ + 22 salt characters: the same cost
+            try:
+                self._dummy = bcrypt.hashpw(os.urandom(16).hex().encode(), salt)
+            except ValueError:
+                self._dummy = bcrypt.hashpw(b"x", bcrypt.gensalt())
 
     def check(self, header: str | None) -> bool:
         if not self.users:
@@ -80,26 +176,32 @@ class _Auth:
         if not header or not header.startswith("Basic "):
             return False
         try:
-            user, _, password = base64.b64decode(header[6:]).decode("utf-8").partition(":")
+            user, sep, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
         except (ValueError, UnicodeDecodeError):
             return False
-        hashed = self.users.get(user)
-        if hashed is None:
+        if not sep:
             return False
+        key = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
         with self._lock:
-            if (user, password) in self._ok:
+            if key in self._ok:
                 return True
-        if bcrypt.checkpw(password.encode(), hashed):
+        hashed = self.users.get(user)
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+        except ValueError:  # e.g. longer than bcrypt's 72 bytes
+            return False
+        if ok:
             with self._lock:
-                self._ok.add((user, password))
-            return True
-        return False
+                self._ok.add(key)
+        return ok
 
 
-def make_app(registry, telemetry_path: str, ready, users=None):
-    """The WSGI application. ``ready()`` tells whether the first scan is done."""
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None):
+    """The WSGI application. ``ready()`` tells whether the first scan is done;
+    ``headers`` are added to every response."""
     metrics_app = make_wsgi_app(registry)
     auth = _Auth(users or {})
+    extra = list((headers or {}).items())
     landing = (
         "<html><head><title>coding-agent-exporter</title></head><body>"
         f"<h1>coding-agent-exporter {html.escape(__version__)}</h1>"
@@ -107,6 +209,11 @@ def make_app(registry, telemetry_path: str, ready, users=None):
     ).encode()
 
     def app(environ, start_response):
+        if extra:
+            inner = start_response
+
+            def start_response(status, hdrs, exc_info=None):
+                return inner(status, list(hdrs) + extra, exc_info)
         if not auth.check(environ.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="coding-agent-exporter"'),
                                                  ("Content-Type", "text/plain")])
@@ -133,13 +240,47 @@ def make_app(registry, telemetry_path: str, ready, users=None):
 
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """One thread per connection. With TLS, the listening socket stays plain
+    and each connection is wrapped (handshake included) in its own thread,
+    under ``CONNECTION_TIMEOUT_SECONDS``: a silent client cannot stall
+    ``accept`` for everyone else."""
+
     daemon_threads = True
     allow_reuse_address = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def process_request_thread(self, request, client_address):
+        try:
+            request.settimeout(CONNECTION_TIMEOUT_SECONDS)
+            if self.ssl_context is not None:
+                request = self.ssl_context.wrap_socket(request, server_side=True)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            log.debug("connection from %s dropped before a request: %s", client_address[0], e)
+            try:
+                request.close()
+            except OSError:
+                pass
+            return
+        super().process_request_thread(request, client_address)
+
+    def setup_environ(self):
+        super().setup_environ()
+        if self.ssl_context is not None:
+            self.base_environ["HTTPS"] = "on"
+            self.base_environ["wsgi.url_scheme"] = "https"
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = CONNECTION_TIMEOUT_SECONDS
+
     def log_message(self, format, *args):  # noqa: A002 - wsgiref's signature
         log.debug("%s %s", self.address_string(), format % args)
+
+    def handle(self):
+        try:
+            super().handle()
+        except (OSError, ValueError) as e:  # timeouts, resets, TLS errors mid-request
+            log.debug("connection from %s ended: %s", self.client_address[0], e)
 
 
 def parse_listen_address(addr: str) -> tuple[str, int]:
@@ -166,9 +307,9 @@ def serve(app, address: str, web: WebConfig):
         server_cls = _Server6
     server = make_server(host, port, app, server_class=server_cls, handler_class=_QuietHandler)
     if web.cert_file:
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(web.cert_file, web.key_file)
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        server.ssl_context = web.context or _tls_context("--web.config.file",
+                                                         {"cert_file": web.cert_file, "key_file": web.key_file})
+        server.setup_environ()
     t = threading.Thread(target=server.serve_forever, name="http", daemon=True)
     t.start()
     return server
