@@ -1,6 +1,6 @@
 """Hardening, load: 50 sessions of both agents appending at once, at the pace
 agents write (a record every 0.1–1.5 s per session, tool outputs of 1 KB to
-512 KB), with turn ends of every kind, for 40 s (5 minutes with
+512 KB), with turn ends of every kind, for 30 s (5 minutes with
 ``CAE_SLOW=1``), against the running exporter with pages going out through
 Apprise. At the end every session is in the state its last record says, every
 turn end paged exactly once, and the exporter's CPU time, peak RSS and alert
