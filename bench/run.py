@@ -127,6 +127,62 @@ def bench_scan(corpus: Path, repeat: int) -> dict:
             "ratio_orjson": best["orjson"] / best["scan"], "ratio_floor": best["read"] / best["scan"]}
 
 
+STAGES = r"""
+import sys, time
+import orjson
+from exporter.config import Config
+from exporter.decode import LineError, decode_line
+from exporter.scan import _discover, _read_files, make_store, sniff_provider
+from exporter.store import FAST_DECODERS, PROVIDER_MODULES
+from exporter.tailer import Tailer
+
+files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size in _discover([sys.argv[1]], Config(), None)]
+
+
+def stage(n):
+    t = time.process_time()
+    if n == 4:
+        _read_files(make_store(Config()), files)
+        return time.process_time() - t
+    for fp, prov, _root, _size in files:
+        tl, fast, dec = Tailer(fp, 16 << 20), FAST_DECODERS[prov], PROVIDER_MODULES[prov].FileDecoder()
+        while True:
+            res = tl.read(final=True)
+            if not res.bytes_read:
+                break
+            for line in res.lines if n else ():
+                if n == 1:
+                    try:
+                        orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        pass
+                    continue
+                o = fast(line)
+                if o is None:
+                    try:
+                        o = decode_line(line)
+                    except LineError:
+                        continue
+                if n == 3 and o is not None:
+                    dec.project(o)
+    return time.process_time() - t
+
+
+best = [min(stage(n) for _ in range(int(sys.argv[2]))) for n in range(5)]
+print(" ".join(map(str, best)))
+"""
+STAGE_NAMES = ["tailer: read and split lines", "tailer + orjson.loads", "tailer + typed projection decode",
+               "tailer + typed decode + provider project()", "whole store: + identity digests, dedupe, reducer"]
+
+
+def bench_stages(corpus: Path, repeat: int) -> dict:
+    """CPU seconds of the scan pipeline's stages in one process (where the
+    time goes)."""
+    out = subprocess.run([sys.executable, "-c", STAGES, str(corpus), str(repeat)], cwd=ROOT, capture_output=True,
+                         text=True, check=True)
+    return dict(zip(STAGE_NAMES, map(float, out.stdout.split())))
+
+
 # -- the exporter process ------------------------------------------------------
 #: Seconds an exporter runs before latencies are measured (steady state:
 #: the file watches are in place, the first poll and checkpoint are done).
@@ -538,6 +594,8 @@ def main(argv=None) -> int:
         log("cold scan …")
         results["scan"] = bench_scan(corpus, args.repeat)
         note("scan")
+        log("scan stages (CPU, one process) …")
+        results["stages"] = bench_stages(corpus, min(args.repeat, 3))
     if "append" in parts:
         log("append → /metrics with file events …")
         results["append_events"] = bench_append(work, args.appends, True, args.poll_interval)
@@ -571,6 +629,13 @@ def main(argv=None) -> int:
           + f" — on {os.cpu_count()} cores; other work on the machine shows up as latency outliers")
     print()
     print(table(results, args))
+    if results.get("stages"):
+        nb = results["corpus"]["bytes"]
+        lines = results["corpus"]["lines"]
+        print("\nWhere one process spends its CPU on the scan corpus (best of runs):\n")
+        print("| stage | CPU s | MB/s | µs per line |\n|---|---|---|---|")
+        for k, v in results["stages"].items():
+            print(f"| {k} | {v:.2f} | {nb / v / 1e6:.0f} | {1e6 * v / lines:.1f} |")
     print(f"\n(bench took {results['seconds']:.0f} s; results in {work / 'results.json'})")
     return 0
 
