@@ -570,7 +570,8 @@ def _big_input(tmp_path: Path, target: int):
                   f"peak RSS {peak:.0f} MiB, bound {bound:.0f} MiB; CPU {exp.cpu_seconds():.1f} s")
         print("\n" + report)
         assert peak <= bound, report
-        assert len(alerts_for(receiver, cc.sid)) == 1 and len(alerts_for(receiver, cc2.sid)) == 1
+        wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 1 and len(alerts_for(receiver, cc2.sid)) == 1,
+                 what="one page per session")
         assert exp.alive()
         return report
     finally:
