@@ -28,7 +28,7 @@ from pathlib import Path
 
 import apprise
 
-from .config import Config
+from .config import Config, ConfigError
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .store import PROVIDER_MODULES, Session, Transition, project_label
@@ -190,13 +190,13 @@ class Alerter:
     @classmethod
     def from_config(cls, cfg: Config, metrics: Metrics) -> Alerter:
         """Build targets and load the ledger. With no URLs, alerts are off
-        (logged). A bad URL is logged as a configuration error and alerts
-        stay off rather than stopping the exporter."""
+        (logged). Raises :class:`ConfigError` for a URL Apprise does not
+        understand or a missing ``alerts.config_file``: better to stop at
+        start than to page nobody."""
         try:
             targets = build_targets(cfg)
         except ValueError as e:
-            log.error("alerts off: configuration error: %s", e)
-            targets = []
+            raise ConfigError(str(e)) from None
         if not targets:
             log.info("alerts off: no Apprise URLs configured (alerts.urls, alerts.config_file or $%s)",
                      cfg.alerts.url_env)

@@ -33,12 +33,12 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="coding-agent-exporter",
+        prog="coding-agent-exporter", allow_abbrev=False,
         description="Prometheus exporter and pager for Claude Code and Codex session transcripts.")
     parser.add_argument("--version", action="version", version=f"coding-agent-exporter {__version__}")
     sub = parser.add_subparsers(dest="command")
 
-    run = sub.add_parser("run", help="follow the transcript folders and serve /metrics (default)")
+    run = sub.add_parser("run", allow_abbrev=False, help="follow the transcript folders and serve /metrics (default)")
     _common(run)
     run.add_argument("--web.listen-address", dest="listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                      help=f"address to serve on (default: {DEFAULT_LISTEN}, loopback only)")
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--web.config.file", dest="web_config", metavar="FILE",
                      help="exporter-toolkit web config: TLS and basic auth")
 
-    scan = sub.add_parser("scan", help="reduce files or folders once and print one line per session")
+    scan = sub.add_parser("scan", allow_abbrev=False, help="reduce files or folders once and print one line per session")
     _common(scan)
     scan.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
     scan.add_argument("--json", action="store_true", help="print JSON lines")
@@ -56,10 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--provider", choices=["claude_code", "codex"],
                       help="treat every file as this agent's (default: by folder, else by content)")
 
-    check = sub.add_parser("check-config", help="validate the configuration and print the effective roots")
+    check = sub.add_parser("check-config", allow_abbrev=False, help="validate the configuration and print the effective roots")
     _common(check)
 
-    test = sub.add_parser("test-alert", help="send a test notification through the configured URLs")
+    test = sub.add_parser("test-alert", allow_abbrev=False, help="send a test notification through the configured URLs")
     _common(test)
     return parser
 
@@ -121,11 +121,18 @@ def _scan(args, cfg) -> int:
 def _check(cfg) -> int:
     from .sources import configured_roots
 
+    from .sources import describe_root
+
     for prov, root in configured_roots(cfg):
-        print(f"{prov}: {root} ({'exists' if root.is_dir() else 'does not exist yet'})")
-    from .alerts import describe_targets
+        print(f"{prov}: {root} ({describe_root(prov, root)})")
+    from .alerts import build_targets, describe_targets
 
     print(describe_targets(cfg))
+    try:
+        build_targets(cfg)
+    except ValueError:
+        print("configuration has errors")
+        return 2
     print("configuration OK")
     return 0
 
@@ -150,6 +157,7 @@ def _run(args, cfg) -> int:
     from .alerts import Alerter
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
+    from .persist import StateDirBusy, lock_state_dir
     from .web import load_web_config, make_app, serve
 
     try:
@@ -159,7 +167,15 @@ def _run(args, cfg) -> int:
         return 2
     telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
     metrics = Metrics()
-    alerter = Alerter.from_config(cfg, metrics)
+    try:
+        lock = lock_state_dir(cfg.resolved_state_dir())
+        alerter = Alerter.from_config(cfg, metrics)
+    except ConfigError as e:
+        print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+        return 2
+    except StateDirBusy as e:
+        print(f"coding-agent-exporter: {e}", file=sys.stderr)
+        return 1
     daemon = Daemon(cfg, metrics, alerter)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers)

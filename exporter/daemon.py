@@ -21,7 +21,7 @@ from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store
-from .sources import configured_roots
+from .sources import configured_roots, describe_root
 from .store import Transition
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Daemon:
             if root.is_dir():
                 log.info("reading %s transcripts under %s", prov, root)
             else:
-                log.info("waiting for %s folder %s (it does not exist yet)", prov, root)
+                log.info("waiting for %s folder %s (it %s)", prov, root, describe_root(prov, root))
                 self._missing.add(root)
         if self.watcher:
             self.watcher.ensure()

@@ -93,3 +93,31 @@ def load_json(path: Path, what: str, valid=None):
     except (orjson.JSONDecodeError, ValueError) as e:
         set_aside(path, what, e)
         return {}
+
+
+class StateDirBusy(Exception):
+    """Another exporter holds the state directory."""
+
+
+def lock_state_dir(state_dir: Path):
+    """Take an exclusive lock on ``state_dir/lock`` for this process's life
+    (the open file is returned; keep it). Two exporters on one state
+    directory would page every turn twice. Raises :class:`StateDirBusy`
+    naming the holder's pid, or ``OSError`` when the folder cannot be made."""
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    f = open(state_dir / "lock", "a+")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        holder = f.read().strip() or "?"
+        f.close()
+        raise StateDirBusy(f"state_dir {state_dir} is in use by another coding-agent-exporter (pid {holder}); "
+                           "give each exporter its own state_dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    return f

@@ -41,3 +41,18 @@ def provider_for(path: Path, roots: list[tuple[str, Path]]) -> tuple[str, Path] 
             except (ValueError, OSError):
                 pass
     return None
+
+
+def describe_root(provider: str, root: Path) -> str:
+    """How a root looks now, for start-up logs and ``check-config``: exists,
+    is not a folder, or does not exist yet (with a hint when an environment
+    variable seems to point one level too deep)."""
+    if root.is_dir():
+        return "exists"
+    if root.exists():
+        return "is not a folder"
+    hint = ""
+    if root.parent.name == root.name:
+        var = "CLAUDE_CONFIG_DIR" if provider == "claude_code" else "CODEX_HOME"
+        hint = f"; did you point {var} at the {root.name} folder itself? It names the folder above it"
+    return "does not exist yet" + hint

@@ -75,7 +75,8 @@ class Session:
 
 
 class _File:
-    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts", "fast")
+    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts", "fast",
+                 "failing", "first_live")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool,
                  fast=None):
@@ -88,6 +89,8 @@ class _File:
         self.sidechain = sidechain
         self.name_sid = sid
         self.last_ts: float | None = None
+        self.failing = False  # the last read failed (logged once until it recovers)
+        self.first_live: bool | None = None  # liveness of a first read that failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +179,17 @@ class SessionStore:
             return 0
         except OSError as e:
             self.metrics.read_errors.labels(prov).inc()
-            log.warning("cannot read %s: %s", path, e.strerror or e)
+            if not f.failing:
+                log.warning("cannot read %s: %s (retrying quietly)", path, e.strerror or e)
+                f.failing = True
+            if f.tailer.inode is None and f.first_live is None:
+                f.first_live = live  # what it holds when it becomes readable is as old as it is now
             return 0
+        if f.failing:
+            log.info("%s is readable again", path)
+            f.failing = False
+        if f.first_live is not None:
+            live, f.first_live = f.first_live, None
         m = self.metrics
         with self._lock:
             if res.reset:

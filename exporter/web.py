@@ -287,8 +287,10 @@ def parse_listen_address(addr: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9877`` for IPv6, ``:9877`` for all interfaces)
     to ``(host, port)``; raises ``ValueError`` with a readable message."""
     host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not port.isdigit():
         raise ValueError(f"--web.listen-address: expected HOST:PORT, got {addr!r}")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"--web.listen-address: port {port} is out of range (0-65535)")
     host = host.strip("[]") or "0.0.0.0"
     return host, int(port)
 

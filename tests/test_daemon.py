@@ -350,3 +350,46 @@ def test_real_transcripts_backfill_on_metrics(tmp_path):
         assert exp.value("coding_agent_sessions", state="error") == 1
         assert exp.value("coding_agent_sessions", state="interrupted") == 1
         assert exp.state("019e9625-802f-7e91-840a-cfe88d14117a") == "completed"
+
+
+def test_bad_alert_settings_stop_the_start(tmp_path):
+    for alerts in ({"urls": ["notaurl://zzz", "json://127.0.0.1:9/x"]}, {"config_file": str(tmp_path / "none.yml")}):
+        cfg = tmp_path / "c.yml"
+        cfg.write_text(json.dumps({"alerts": alerts, "state_dir": str(tmp_path / "s")}))
+        out = subprocess.run([sys.executable, "-m", "exporter", "run", "--config.file", str(cfg)], cwd=ROOT,
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and "alerts." in out.stderr, out.stderr
+        check = subprocess.run([sys.executable, "-m", "exporter", "check-config", "--config.file", str(cfg)],
+                               cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert check.returncode == 2 and "configuration OK" not in check.stdout
+
+
+def test_one_exporter_per_state_dir(tmp_path):
+    first = Exporter(tmp_path).start()
+    try:
+        second = Exporter(tmp_path)
+        second.config = first.config
+        second.config_path = tmp_path / "config2.yml"
+        second.start(wait_ready=False)
+        assert second.proc.wait(timeout=20) == 1
+        assert "is in use by another coding-agent-exporter" in second.log()
+    finally:
+        first.stop()
+
+
+def test_cli_flag_and_path_mistakes(tmp_path):
+    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "exporter", *a], cwd=ROOT, capture_output=True,
+                                          text=True, timeout=30, **kw)
+    out = run("run", "--web.listen-addres", "127.0.0.1:1")  # a typo is not taken for a prefix
+    assert out.returncode == 2 and "unrecognized arguments" in out.stderr
+    out = run("run", "--web.listen-address", ":99999")
+    assert out.returncode == 2 and "out of range" in out.stderr
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(json.dumps({"sources": {"claude_code": {"paths": [str(afile)]}}}))
+    out = run("check-config", "--config.file", str(cfg))
+    assert f"{afile} (is not a folder)" in out.stdout
+    env = {**os.environ, "CLAUDE_CONFIG_DIR": str(tmp_path / "cc" / "projects")}
+    out = run("check-config", env=env)
+    assert "did you point CLAUDE_CONFIG_DIR at the projects folder itself" in out.stdout
