@@ -311,7 +311,8 @@ def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
         os.close(w)
         children.append((pid, r))
     store = make_store(cfg)
-    first = _read_files(store, [files[i] for i in shards[0]], progress)
+    label = (lambda msg: progress(f"{msg} (this process; {len(shards) - 1} more in parallel)")) if progress else None
+    first = _read_files(store, [files[i] for i in shards[0]], label)
     results = [(sorted(set(store.sessions)), _rows_of(store, first, shards[0], at))]
     failed = False
     for pid, r in children:
