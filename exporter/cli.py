@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-import time
 
 import orjson
 
@@ -168,7 +167,7 @@ def _run(args, cfg) -> int:
     telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
     metrics = Metrics()
     try:
-        lock = lock_state_dir(cfg.resolved_state_dir())
+        lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
         alerter = Alerter.from_config(cfg, metrics)
     except ConfigError as e:
         print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)

@@ -1,7 +1,6 @@
 """One-shot reduction of transcript files or folders (``scan``).
 
-Speed (see README "Performance"): lines are decoded by the typed projection
-decoders (``exporter.projection``), and on a machine with several cores the
+Speed (see README "Performance"): on a machine with several cores the
 files are split between forked worker processes, each reducing whole
 sessions in its own store. Files that may belong to one session (a Claude
 project folder's sessions and subagents; a Codex rollout and the subagent
@@ -16,57 +15,21 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import re
 import sys
 import time
 from pathlib import Path
 
-from typing import Any, TypedDict, Union
-
 from .config import Config
 from .decode import LineError, decode_line
-from .projection import Raw, typed_decoder
 from .metrics import Metrics
 from .reducer import Timing
-from .sources import configured_roots, provider_for
+from .sources import configured_roots
 from .store import PROVIDER_MODULES, SessionStore
 
 log = logging.getLogger(__name__)
 
 #: Below this many bytes a scan stays in one process (forking costs more).
 PARALLEL_MIN_BYTES = 16 << 20
-
-
-class _SniffKeys(TypedDict, total=False):
-    # every key a provider's sniff() looks at (presence, or ``type``)
-    type: Any
-    sessionId: Raw
-    uuid: Raw
-    payload: Raw
-    record_type: Raw
-    instructions: Raw
-    id: Raw
-
-
-class _MetaPayload(TypedDict, total=False):
-    id: Any
-    source: Any
-
-
-class _Meta(TypedDict, total=False):
-    type: Any
-    payload: Union[_MetaPayload, None]
-
-
-_sniff_keys = typed_decoder(_SniffKeys)
-_meta = typed_decoder(_Meta)
-
-
-def _decode(line: bytes, fast) -> dict | None:
-    """``decode_line`` (raises ``LineError``), through the typed decoder
-    ``fast`` where it can judge the line."""
-    obj = fast(line)
-    return obj if obj is not None else decode_line(line)
 
 
 def sniff_provider(path: str, max_lines: int = 50) -> str | None:
@@ -78,7 +41,7 @@ def sniff_provider(path: str, max_lines: int = 50) -> str | None:
                 if not line:
                     break
                 try:
-                    obj = _decode(line.rstrip(b"\n"), _sniff_keys)
+                    obj = decode_line(line.rstrip(b"\n"))
                 except LineError:
                     continue
                 if not obj:
@@ -212,46 +175,16 @@ def _read_files(store: SessionStore, files, progress=None) -> dict:
     return first
 
 
-def _group_key(fp: str, prov: str) -> str:
+def _group_key(fp: str, prov: str | None) -> str:
     """Files with the same key may belong to one session and go to one
-    worker (a guess from the layout; a wrong guess costs a serial re-run)."""
-    parts = fp.split(os.sep)
-    if prov is None:  # not under a known root: guess from the name (the reader sniffs)
-        prov = "codex" if _ROLLOUT_NAME.match(parts[-1]) else "claude_code"
-    if prov == "claude_code":
-        # <project>/<sid>.jsonl, <project>/<sid>/subagents/agent-*.jsonl,
-        # <project>/agent-*.jsonl (2.0.x: session named inside): the project.
-        if len(parts) >= 3 and parts[-2] == "subagents":
-            return os.sep.join(parts[:-3])
-        return os.sep.join(parts[:-1])
-    # Codex: the session a rollout binds to is its first session_meta id, or
-    # its parent's for a subagent rollout.
-    return _codex_session_of(fp) or fp
-
-
-_ROLLOUT_NAME = re.compile(r"^rollout-.*\.jsonl$")
-
-
-def _codex_session_of(fp: str) -> str | None:
-    try:
-        with open(fp, "rb") as f:
-            line = f.readline(1 << 20)
-    except OSError:
-        return None
-    try:
-        obj = _decode(line.rstrip(b"\n"), _meta)
-    except LineError:
-        return None
-    payload = obj.get("payload") if obj else None
-    if not (isinstance(obj, dict) and obj.get("type") == "session_meta" and isinstance(payload, dict)):
-        return None
-    source = payload.get("source")
-    if isinstance(source, dict) and isinstance(source.get("subagent"), dict):
-        for v in source["subagent"].values():
-            if isinstance(v, dict) and isinstance(v.get("parent_thread_id"), str):
-                return v["parent_thread_id"]
-    sid = payload.get("id")
-    return sid if isinstance(sid, str) else None
+    worker: the provider's guess from the layout (``group_hint``), else the
+    folder. A wrong guess costs a serial re-run, never a wrong result."""
+    prov = prov or sniff_provider(fp)
+    if prov is not None:
+        hint = PROVIDER_MODULES[prov].group_hint(fp)
+        if hint:
+            return hint
+    return os.path.dirname(fp)
 
 
 def _shards(files, n: int) -> list[list[int]]:

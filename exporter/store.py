@@ -20,15 +20,13 @@ from types import ModuleType
 from .decode import LineError, decode_line
 from .events import Kind
 from .metrics import Metrics
-from .providers import claude_code, claude_code_fast, codex, codex_fast
+from .providers import claude_code, codex
 from .reducer import SessionReducer, Status, Timing
 from .tailer import Tailer
 
 log = logging.getLogger(__name__)
 
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
-#: Typed projection decoders (``exporter.projection``): ``line -> dict | None``.
-FAST_DECODERS = {claude_code.NAME: claude_code_fast.decode, codex.NAME: codex_fast.decode}
 
 
 def project_label(cwd: str | None, mode: str) -> str:
@@ -75,14 +73,12 @@ class Session:
 
 
 class _File:
-    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts", "fast",
+    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
                  "failing", "first_live")
 
-    def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool,
-                 fast=None):
+    def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
         self.provider = provider
-        self.fast = fast
         self.tailer = tailer
         self.decoder = provider.FileDecoder(sidechain_file=sidechain)
         self.session: Session | None = None
@@ -121,9 +117,6 @@ class SessionStore:
         self.sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
         self._dirty: set[tuple[str, str]] = set()
-        #: Decode lines with the typed projection decoders (False: orjson
-        #: only; the results are the same, see ``exporter.projection``).
-        self.fast_decode = True
 
     # -- files -------------------------------------------------------------
     def track(self, path: str, provider: str, root: Path | None = None) -> bool:
@@ -136,8 +129,7 @@ class SessionStore:
         if role is None:
             return False
         sid, sidechain = role
-        fast = FAST_DECODERS.get(provider) if self.fast_decode else None
-        self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain, fast)
+        self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
         self.metrics.files_watched.labels(provider).inc()
         return True
 
@@ -213,19 +205,17 @@ class SessionStore:
 
     def _line(self, f: _File, line: bytes, live: bool) -> None:
         m = self.metrics
-        obj = f.fast(line) if f.fast is not None else None
-        if obj is None:  # the orjson path decides (and classifies what is malformed)
-            try:
-                obj = decode_line(line)
-            except LineError as e:
-                m.parse_errors.labels(f.provider.NAME, e.reason).inc()
-                if f.session is not None:
-                    f.session.counters.parse_errors += 1
-                    f.session.counters.lines += 1
-                return
-            if obj is None:
-                m.skipped.labels(f.provider.NAME, "blank").inc()
-                return
+        try:
+            obj = decode_line(line)
+        except LineError as e:
+            m.parse_errors.labels(f.provider.NAME, e.reason).inc()
+            if f.session is not None:
+                f.session.counters.parse_errors += 1
+                f.session.counters.lines += 1
+            return
+        if obj is None:
+            m.skipped.labels(f.provider.NAME, "blank").inc()
+            return
         ev = f.decoder.project(obj)
         if ev is None:
             return

@@ -15,7 +15,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import Config
 from exporter.metrics import Metrics
 from exporter.reducer import Timing
 from exporter.store import SessionStore

@@ -85,6 +85,16 @@ def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
     return name[: -len(".jsonl")], False
 
 
+def group_hint(path: str) -> str:
+    """Files that may share a session (for splitting a scan over workers):
+    the project folder (``<project>/<sid>.jsonl``,
+    ``<project>/<sid>/subagents/agent-*.jsonl``, 2.0.x ``<project>/agent-*``)."""
+    parts = path.split(os.sep)
+    if len(parts) >= 3 and parts[-2] == "subagents":
+        return os.sep.join(parts[:-3])
+    return os.sep.join(parts[:-1])
+
+
 def sniff(obj: dict) -> bool:
     """True when a decoded record looks like a Claude Code transcript line."""
     return "sessionId" in obj or "uuid" in obj or obj.get("type") in ("summary", "file-history-snapshot")

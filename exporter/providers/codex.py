@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from ..decode import parse_timestamp
+from ..decode import LineError, decode_line, parse_timestamp
 from ..events import Event, Kind
 
 NAME = "codex"
@@ -57,6 +57,21 @@ def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
         return None
     m = _ROLLOUT.match(name)
     return (m.group(1) if m else None), False
+
+
+def group_hint(path: str) -> str | None:
+    """Files that may share a session (for splitting a scan over workers):
+    the session a rollout binds to, from its first record — its
+    ``session_meta`` id, or a subagent's parent thread."""
+    try:
+        with open(path, "rb") as f:
+            obj = decode_line(f.readline(1 << 24).rstrip(b"\n"))
+    except (OSError, LineError):
+        return None
+    ev = FileDecoder().project(obj) if obj else None
+    if ev is None or ev.kind != Kind.SESSION:
+        return None
+    return ev.parent_id or ev.session_id
 
 
 def sniff(obj: dict) -> bool:

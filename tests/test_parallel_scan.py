@@ -1,0 +1,63 @@
+"""The forked scan workers change speed, never results: a scan split over
+processes equals a scan in one."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+
+from exporter import scan as scan_mod
+from exporter.config import Config
+from harness import FIXTURES
+
+
+def _layout(dest: Path) -> Path:
+    """Every fixture transcript and case laid out as the agents do."""
+    root = dest / "corpus"
+    for i, f in enumerate(sorted(FIXTURES.rglob("*.jsonl"))):
+        text = f.read_bytes()
+        if b'"session_meta"' in text or b'"payload"' in text or "codex" in f.parts:
+            out = root / "codex" / "2026" / "05" / "01" / f"rollout-2026-05-01T10-00-{i:02d}-{f.stem[:30]}.jsonl"
+        elif "subagent" in f.name:  # a subagent of the session before it
+            out = root / "claude" / f"-p{(i - 1) % 3}" / f"s{i - 1:02d}" / "subagents" / f"agent-{f.stem[-7:]}.jsonl"
+        else:
+            out = root / "claude" / f"-p{i % 3}" / f"s{i:02d}.jsonl"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(f, out)
+    return root
+
+
+def test_parallel_scan_equals_one_process(tmp_path, monkeypatch):
+    root = _layout(tmp_path)
+    at = time.time() + 3600
+    one, store = scan_mod.scan([str(root)], Config(), at=at, workers=1)
+    assert store is not None and one
+    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    two, store2 = scan_mod.scan([str(root)], Config(), at=at, workers=2)
+    assert store2 is None  # the workers did the reading
+    assert two == one
+
+
+def test_parallel_scan_falls_back_when_a_session_spans_workers(tmp_path, monkeypatch):
+    """Files of one session read by two workers (a layout the grouping did not
+    foresee): detected, and the result stays right."""
+    root = _layout(tmp_path)
+    at = time.time() + 3600
+    # a subagent file away from its session's main file
+    sub = next(root.rglob("subagents/*.jsonl"))
+    monkeypatch.setattr(scan_mod, "_group_key", lambda fp, prov: "sub" if fp == str(sub) else "rest")
+    one, _ = scan_mod.scan([str(root)], Config(), at=at, workers=1)
+    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    outcomes = []
+    parallel = scan_mod._parallel
+
+    def spy(*a, **k):
+        outcomes.append(parallel(*a, **k))
+        return outcomes[-1]
+
+    monkeypatch.setattr(scan_mod, "_parallel", spy)
+    two, store = scan_mod.scan([str(root)], Config(), at=at, workers=2)
+    assert outcomes == [None] and store is not None  # detected, and scanned again in one process
+    assert two == one
