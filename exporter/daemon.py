@@ -214,6 +214,7 @@ class Daemon:
             log.info("start-up scan stopped (%d/%d files begun)", done + 1 if done < total else done, total)
             return
         transitions = self._news(self.store.evaluate())
+        self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
         self._backfilled = True

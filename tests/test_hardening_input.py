@@ -584,6 +584,7 @@ def test_100mb_line_and_100mb_of_every_line_size(tmp_path):
 
 
 @pytest.mark.skipif(not SLOW, reason="1 GiB input: set CAE_SLOW=1")
+@pytest.mark.timeout(1200)
 def test_1gib_of_every_line_size(tmp_path):
     _big_input(tmp_path, 1024 * MIB)
 

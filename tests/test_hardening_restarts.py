@@ -120,6 +120,7 @@ class Writer(threading.Thread):
                 return
 
 
+@pytest.mark.timeout(1200 if SLOW else 300)
 def test_kill9_at_random_moments_loses_and_repeats_no_page(tmp_path):
     rounds = 40 if SLOW else 8
     seed = int(os.environ.get("CAE_SEED", "9"))
