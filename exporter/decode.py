@@ -1,17 +1,20 @@
 """Line decoding: bytes of one physical line to a JSON object, or a reason.
 
 Reasons (label values of ``coding_agent_transcript_parse_errors_total``):
-``invalid_utf8``, ``nul_bytes``, ``invalid_json``, ``not_object``. Blank lines
+``invalid_utf8``, ``nul_bytes``, ``invalid_json``, ``not_object`` (and
+``unexpected_shape``, counted by the store when a provider cannot project a
+record). Blank lines
 are not errors; they are counted as skipped with reason ``blank``.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import orjson
 
-PARSE_ERROR_REASONS = ("invalid_json", "invalid_utf8", "nul_bytes", "not_object")
+PARSE_ERROR_REASONS = ("invalid_json", "invalid_utf8", "nul_bytes", "not_object", "unexpected_shape")
 SKIP_REASONS = ("blank", "oversized")
 
 
@@ -34,6 +37,16 @@ def decode_line(line: bytes) -> dict | None:
     except orjson.JSONDecodeError:
         if not line.strip():
             return None
+        if b"\\ud" in line or b"\\uD" in line:
+            # A lone surrogate escape (JavaScript's JSON.stringify writes one
+            # when text is cut inside an emoji): orjson refuses it, the
+            # standard library keeps the record.
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                obj = None
+            if isinstance(obj, dict):
+                return obj
         if b"\x00" in line:
             raise LineError("nul_bytes") from None
         try:

@@ -26,6 +26,9 @@ from .tailer import Tailer
 
 log = logging.getLogger(__name__)
 
+#: Longer (or unprintable) session ids are replaced by a digest in labels.
+MAX_ID_CHARS = 128
+
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
 
 
@@ -216,7 +219,14 @@ class SessionStore:
         if obj is None:
             m.skipped.labels(f.provider.NAME, "blank").inc()
             return
-        ev = f.decoder.project(obj)
+        try:
+            ev = f.decoder.project(obj)
+        except Exception:  # a shape the provider code did not foresee: count it, keep reading
+            log.debug("record of unexpected shape in %s", f.path, exc_info=True)
+            m.parse_errors.labels(f.provider.NAME, "unexpected_shape").inc()
+            if f.session is not None:
+                f.session.counters.parse_errors += 1
+            return
         if ev is None:
             return
         if ev.ts is None:
@@ -268,6 +278,9 @@ class SessionStore:
             sid = ev.session_id
         if sid is None:
             sid = ev.session_id or Path(f.path).stem
+        if len(sid) > MAX_ID_CHARS or not sid.isprintable():
+            # ids come from transcript content and become label values: bound them
+            sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         key = (prov, sid)
         s = self.sessions.get(key)
         if s is None:

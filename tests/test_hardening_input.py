@@ -228,13 +228,13 @@ def hostile_lines(rng: random.Random, real: list[bytes], n: int) -> list[tuple[b
     makers = [
         torn,
         lambda: (rng.choice(real) + rng.choice(real), "invalid_json"),  # glued records
-        lambda: (b'{"type":"user","text":"\\u%04x"}' % rng.randrange(0xD800, 0xE000), "invalid_json"),  # lone surrogate
+        # a lone surrogate escape (JSON.stringify cutting an emoji): kept through the standard library
+        lambda: (b'{"type":"user","text":"\\u%04x"}' % rng.randrange(0xD800, 0xE000), "ok"),
         lambda: (b"[" * (d := rng.choice([1100, 5000, 30_000])) + b"]" * d, "invalid_json"),  # deeper than 1024
         lambda: (b'{"a":' * 2000 + b"1" + b"}" * 2000, "invalid_json"),
-        # beyond a double: orjson rejects the line (invalid_json), the typed fast
-        # path skips the value when no field it reads holds it (a valid object)
-        lambda: (b'{"n":%de%d}' % (rng.randrange(1, 9), rng.randrange(309, 100_000)), "huge_number"),
-        lambda: (b'{"type":"x","n":' + b"9" * rng.randrange(310, 2000) + b"}", "huge_number"),
+        # beyond a double: orjson rejects the line (invalid_json)
+        lambda: (b'{"n":%de%d}' % (rng.randrange(1, 9), rng.randrange(309, 100_000)), "invalid_json"),
+        lambda: (b'{"type":"x","n":' + b"9" * rng.randrange(310, 2000) + b"}", "invalid_json"),
         lambda: (b'{"n":NaN}', "invalid_json"),
         lambda: (b'{"a":1,}', "invalid_json"),
         lambda: (b"\xef\xbb\xbf" + rng.choice(real), "invalid_json"),  # byte order mark

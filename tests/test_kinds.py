@@ -402,3 +402,38 @@ def test_flat_copied_subagent_file_joins_its_parent(tmp_path):
              rel="-proj/some-copy-of-a-subagent.jsonl")
     assert [row["session_id"] for row in r.store.rows(time.time())] == [CSID]
     assert r.state(after=5)["state"] == "working"
+
+
+def test_lone_surrogate_escape_keeps_the_record(tmp_path):
+    r = Run(tmp_path)
+    r.claude([c("prompt", 1, 0), b'{"type":"assistant","uuid":"u-2","sessionId":"' + CSID.encode()
+              + b'","timestamp":"' + iso(1).encode() + b'","message":{"id":"m2","role":"assistant","stop_reason":'
+              b'"end_turn","content":[{"type":"text","text":"cut emoji \\ud83d"}]}}\n'])
+    row = r.state()
+    assert row["state"] == "completed" and row["counters"]["parse_errors"] == 0
+
+
+def test_unprojectable_record_is_counted_and_reading_goes_on(tmp_path, monkeypatch):
+    from exporter.providers import claude_code
+
+    orig = claude_code.FileDecoder.project
+
+    def flaky(self, obj):
+        if obj.get("uuid") == "u-2":
+            raise TypeError("a shape nobody foresaw")
+        return orig(self, obj)
+
+    monkeypatch.setattr(claude_code.FileDecoder, "project", flaky)
+    r = Run(tmp_path)
+    r.claude([c("prompt", 1, 0), c("text", 2, 1), c("text", 3, 2, stop="end_turn")])
+    assert r.state()["state"] == "completed"
+    assert r.metric("coding_agent_transcript_parse_errors_total", provider="claude_code",
+                    reason="unexpected_shape") == 1
+
+
+def test_overlong_session_ids_are_bounded(tmp_path):
+    r = Run(tmp_path)
+    long_id = "x" * 5000
+    r.codex([meta(sid=long_id), x("event_msg", 1, type="task_started", turn_id="t1")], sid=XSID)
+    (row,) = r.store.rows(time.time())
+    assert row["session_id"].startswith("sha256:") and len(row["session_id"]) < 40
