@@ -151,7 +151,11 @@ class Exporter:
     """
 
     def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
-                 extra_args: list[str] | None = None, env: dict | None = None):
+                 extra_args: list[str] | None = None, env: dict | None = None, prefix: list[str] | None = None,
+                 preexec_fn=None, listen: str | None = None, python_args: list[str] | None = None):
+        """``prefix``: argv run before Python (e.g. ``unshare …``);
+        ``preexec_fn``: for Popen; ``listen``: the listen address ("" for the
+        exporter's default); ``python_args``: instead of ``-m exporter``."""
         self.root = root
         self.port = free_port()
         cfg = merge(FAST, {
@@ -167,6 +171,11 @@ class Exporter:
         self.env = env
         self.proc: subprocess.Popen | None = None
         self.log_path = root / f"exporter-{self.port}.log"
+        self.prefix = prefix or []
+        self.preexec_fn = preexec_fn
+        self.listen = listen if listen is not None else f"127.0.0.1:{self.port}"
+        self.python_args = python_args or ["-m", "exporter"]
+        self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
     def start(self, wait_ready: bool = True) -> "Exporter":
         self.root.mkdir(parents=True, exist_ok=True)
@@ -176,12 +185,13 @@ class Exporter:
         if self.env:
             env.update(self.env)
         self._log = open(self.log_path, "ab")
+        listen = ["--web.listen-address", self.listen] if self.listen else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "exporter", "run", "--config.file", str(self.config_path),
-             "--web.listen-address", f"127.0.0.1:{self.port}", *self.extra_args],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+            [*self.prefix, sys.executable, *self.python_args, "run", "--config.file", str(self.config_path),
+             *listen, *self.extra_args],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
         if wait_ready:
-            wait_for(self.ready, timeout=20, what="exporter ready")
+            wait_for(self.ready_check or self.ready, timeout=30, what="exporter ready")
         return self
 
     def ready(self) -> bool:

@@ -21,8 +21,6 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
-import yaml
-
 from harness import ROOT, Exporter, Receiver, wait_for  # noqa: F401  (re-exported)
 
 SLOW = os.environ.get("CAE_SLOW", "") not in ("", "0")
@@ -58,38 +56,14 @@ def permissions_apply() -> str | None:
 
 
 class Daemon(Exporter):
-    """``harness.Exporter`` plus: ``prefix`` (argv run before Python, e.g.
-    ``["unshare", "-U", "-r", "sh", "-c", '… exec "$0" "$@"']``),
-    ``preexec_fn``, ``args`` replacing the default listen address, and
-    process readings."""
+    """``harness.Exporter`` (its launch options: ``prefix`` such as
+    ``["unshare", "-U", "-r", "sh", "-c", '… exec "$0" "$@"']``,
+    ``preexec_fn``, ``listen``, ``python_args``) plus ``scheme`` and process
+    readings."""
 
-    def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
-                 extra_args: list[str] | None = None, env: dict | None = None, prefix: list[str] | None = None,
-                 preexec_fn=None, listen: str | None = None, scheme: str = "http",
-                 python_args: list[str] | None = None):
-        super().__init__(root, config=config, receiver=receiver, extra_args=extra_args, env=env)
-        self.prefix = prefix or []
-        self.preexec_fn = preexec_fn
-        self.listen = listen if listen is not None else f"127.0.0.1:{self.port}"
+    def __init__(self, root: Path, *args, scheme: str = "http", **kwargs):
+        super().__init__(root, *args, **kwargs)
         self.scheme = scheme
-        self.python_args = python_args or ["-m", "exporter"]  # e.g. ["-c", wrapper]: argv[1:] follow
-        self.ready_check = None  # callable replacing the plain-HTTP readiness probe
-
-    def start(self, wait_ready: bool = True) -> "Daemon":
-        self.config_path.write_text(yaml.safe_dump(self.config))
-        env = dict(os.environ)
-        env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
-        if self.env:
-            env.update(self.env)
-        self._log = open(self.log_path, "ab")
-        listen = ["--web.listen-address", self.listen] if self.listen else []
-        self.proc = subprocess.Popen(
-            [*self.prefix, sys.executable, *self.python_args, "run", "--config.file", str(self.config_path),
-             *listen, *self.extra_args],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
-        if wait_ready:
-            wait_for(self.ready_check or self.ready, timeout=30, what="exporter ready")
-        return self
 
     @property
     def pid(self) -> int:
