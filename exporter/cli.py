@@ -175,6 +175,10 @@ def _run(args, cfg) -> int:
     except StateDirBusy as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"coding-agent-exporter: cannot use state_dir {cfg.resolved_state_dir()}: {e.strerror or e} "
+              "(set state_dir in the config file)", file=sys.stderr)
+        return 1
     daemon = Daemon(cfg, metrics, alerter)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers)
