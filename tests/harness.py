@@ -173,7 +173,7 @@ class Exporter:
         self.log_path = root / f"exporter-{self.port}.log"
         self.prefix = prefix or []
         self.preexec_fn = preexec_fn
-        self.listen = listen if listen is not None else f"127.0.0.1:{self.port}"
+        self.listen = listen  # None: 127.0.0.1 and self.port, read at start
         self.python_args = python_args or ["-m", "exporter"]
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
@@ -185,7 +185,8 @@ class Exporter:
         if self.env:
             env.update(self.env)
         self._log = open(self.log_path, "ab")
-        listen = ["--web.listen-address", self.listen] if self.listen else []
+        addr = self.listen if self.listen is not None else f"127.0.0.1:{self.port}"
+        listen = ["--web.listen-address", addr] if addr else []
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, *self.python_args, "run", "--config.file", str(self.config_path),
              *listen, *self.extra_args],
