@@ -47,6 +47,7 @@ def test_restart_in_the_middle_of_cases(tmp_path):
     it is down, start it again: every turn pages exactly once."""
     receiver = Receiver()
     exp = Exporter(tmp_path, receiver=receiver).start()
+    started = [exp]
     src03 = "03_malformed_midfile.jsonl"  # two turns
     sid = session_id_of(CASES / src03)
     path = claude_path(tmp_path, sid)
@@ -59,6 +60,7 @@ def test_restart_in_the_middle_of_cases(tmp_path):
         exp2 = Exporter(tmp_path, receiver=receiver)
         exp2.port = exp.port
         exp2.config = exp.config
+        started.append(exp2)
         exp2.start()
         wait_for(lambda: len(receiver.messages) == 2, what="turn 2 alert after restart")
         time.sleep(1.0)
@@ -67,6 +69,7 @@ def test_restart_in_the_middle_of_cases(tmp_path):
         exp2.stop(sig="kill")
         exp3 = Exporter(tmp_path, receiver=receiver)
         exp3.config = exp.config
+        started.append(exp3)
         exp3.start()
         exp3.wait_state(sid, "completed")
         time.sleep(1.0)
@@ -74,7 +77,8 @@ def test_restart_in_the_middle_of_cases(tmp_path):
         assert exp3.value("coding_agent_alerts_total") == 0
         exp3.stop()
     finally:
-        exp.stop()
+        for e in started:
+            e.stop()
         receiver.close()
 
 
