@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import Event, Kind
+from .events import SIGNIFICANT, Event, Kind
 
 STATES = ("working", "completed", "error", "interrupted", "stalled", "unknown")
 EVIDENCE = ("explicit", "inferred")
@@ -90,7 +90,7 @@ class SessionReducer:
         if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
             self.last_event_ts = ev.ts
         kind = ev.kind
-        if kind not in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT) or ev.sidechain:
+        if kind not in SIGNIFICANT or ev.sidechain:
             return
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
         if key < self._last_key:
