@@ -13,7 +13,7 @@ table with ratios and targets.
 What is measured (every exporter here is the real process, ``python3 -m
 exporter run`` or ``scan`` from this working tree):
 
-1. cold scan: wall time of the whole ``python3 -m exporter scan --json DIR``
+1. cold scan: wall time of the whole ``python3 -m coding_agent_exporter scan --json DIR``
    (start-up, discovery, decoding, reduction, output) against two loops over
    the same files in a fresh interpreter, timed around the loop only: reading
    every line (``for line in f``, the floor) and ``orjson.loads`` of every
@@ -115,7 +115,7 @@ def bench_scan(corpus: Path, repeat: int) -> dict:
                                  check=True)
             times[mode].append(float(out.stdout.split()[0]))
         t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--json", str(corpus)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", str(corpus)], cwd=ROOT,
                              capture_output=True, text=True, check=True)
         times["scan"].append(time.perf_counter() - t)
         sessions = len(out.stdout.splitlines())
@@ -130,11 +130,11 @@ def bench_scan(corpus: Path, repeat: int) -> dict:
 STAGES = r"""
 import sys, time
 import orjson
-from exporter.config import Config
-from exporter.decode import LineError, decode_line
-from exporter.scan import _discover, _read_files, make_store, sniff_provider
-from exporter.store import FAST_DECODERS, PROVIDER_MODULES
-from exporter.tailer import Tailer
+from coding_agent_exporter.config import Config
+from coding_agent_exporter.decode import LineError, decode_line
+from coding_agent_exporter.scan import _discover, _read_files, make_store, sniff_provider
+from coding_agent_exporter.store import FAST_DECODERS, PROVIDER_MODULES
+from coding_agent_exporter.tailer import Tailer
 
 files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size in _discover([sys.argv[1]], Config(), None)]
 
@@ -215,7 +215,7 @@ class Exporter:
         env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
         self._log = open(self.log_path, "wb")
         t = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--config.file", str(self.cfg_path),
+        self.proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(self.cfg_path),
                                       "--web.listen-address", f"127.0.0.1:{self.port}"], cwd=ROOT,
                                      stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + timeout

@@ -18,7 +18,7 @@ from . import __version__
 from .config import ConfigError, load
 from .decode import parse_timestamp
 
-log = logging.getLogger("exporter")
+log = logging.getLogger("coding_agent_exporter")
 
 DEFAULT_LISTEN = "127.0.0.1:9877"
 

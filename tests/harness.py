@@ -145,7 +145,7 @@ def merge(a: dict, b: dict) -> dict:
 
 
 class Exporter:
-    """``python -m exporter run`` on tmp roots, with a tmp config and state dir.
+    """``python -m coding_agent_exporter run`` on tmp roots, with a tmp config and state dir.
 
     ``root`` holds ``claude/projects`` and ``codex/sessions``.
     """
@@ -155,7 +155,7 @@ class Exporter:
                  preexec_fn=None, listen: str | None = None, python_args: list[str] | None = None):
         """``prefix``: argv run before Python (e.g. ``unshare …``);
         ``preexec_fn``: for Popen; ``listen``: the listen address ("" for the
-        exporter's default); ``python_args``: instead of ``-m exporter``."""
+        exporter's default); ``python_args``: instead of ``-m coding_agent_exporter``."""
         self.root = root
         self.port = free_port()
         cfg = merge(FAST, {
@@ -174,7 +174,7 @@ class Exporter:
         self.prefix = prefix or []
         self.preexec_fn = preexec_fn
         self.listen = listen  # None: 127.0.0.1 and self.port, read at start
-        self.python_args = python_args or ["-m", "exporter"]
+        self.python_args = python_args or ["-m", "coding_agent_exporter"]
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
     def start(self, wait_ready: bool = True) -> "Exporter":

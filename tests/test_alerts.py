@@ -222,18 +222,18 @@ def test_url_from_environment_and_test_alert(tmp_path):
         cfg = tmp_path / "c.yml"
         cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s")}))
         env = {**os.environ, "CODING_AGENT_EXPORTER_APPRISE_URLS": receiver.url}
-        out = subprocess.run([sys.executable, "-m", "exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
                              capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.startswith("ok")
         assert len(receiver.messages) == 1 and "test" in receiver.messages[0]["title"]
         receiver.fail_first = 10
         receiver.failed = 0
-        out = subprocess.run([sys.executable, "-m", "exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
                              capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 1 and "FAILED" in out.stdout
         env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS")
-        out = subprocess.run([sys.executable, "-m", "exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "test-alert", "--config.file", str(cfg)], cwd=ROOT,
                              capture_output=True, text=True, env=env, timeout=60)
         assert out.returncode == 1 and "no Apprise URLs configured" in out.stdout
     finally:

@@ -256,14 +256,14 @@ def test_landing_health_ready(exporter):
 
 
 def test_readme_run_command_with_no_agent_folders(tmp_path):
-    """`python3 -m exporter run` with default roots on a machine with no agent
+    """`python3 -m coding_agent_exporter run` with default roots on a machine with no agent
     folders: starts, says what it waits for, serves /metrics on loopback."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME")}
     env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
     log = tmp_path / "log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "exporter", "run", "--web.listen-address", f"127.0.0.1:{port}"],
+        proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--web.listen-address", f"127.0.0.1:{port}"],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
             def up():
@@ -303,28 +303,28 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
 def test_bad_config_fails_with_file_and_key(tmp_path, content, key):
     cfg = tmp_path / "bad.yml"
     cfg.write_text(content)
-    out = subprocess.run([sys.executable, "-m", "exporter", "run", "--config.file", str(cfg)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg)], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2
     assert str(cfg) in out.stderr and key in out.stderr
 
 
 def test_check_config_and_example(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "exporter", "check-config", "--config.file",
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file",
                           str(ROOT / "config" / "config.example.yml")], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and "configuration OK" in out.stdout
-    from exporter.config import Config, load
+    from coding_agent_exporter.config import Config, load
 
     assert load(ROOT / "config" / "config.example.yml") == Config()
 
 
 def test_listen_address_errors(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "exporter", "run", "--web.listen-address", "nonsense"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--web.listen-address", "nonsense"], cwd=ROOT,
                          capture_output=True, text=True, timeout=30, env={**os.environ, "HOME": str(tmp_path)})
     assert out.returncode == 2 and "HOST:PORT" in out.stderr
     exp = Exporter(tmp_path / "a").start()
     try:
-        taken = subprocess.run([sys.executable, "-m", "exporter", "run", "--web.listen-address",
+        taken = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--web.listen-address",
                                 f"127.0.0.1:{exp.port}"], cwd=ROOT, capture_output=True, text=True, timeout=30,
                                env={**os.environ, "HOME": str(tmp_path)})
         assert taken.returncode == 1 and "cannot listen" in taken.stderr
@@ -356,10 +356,10 @@ def test_bad_alert_settings_stop_the_start(tmp_path):
     for alerts in ({"urls": ["notaurl://zzz", "json://127.0.0.1:9/x"]}, {"config_file": str(tmp_path / "none.yml")}):
         cfg = tmp_path / "c.yml"
         cfg.write_text(json.dumps({"alerts": alerts, "state_dir": str(tmp_path / "s")}))
-        out = subprocess.run([sys.executable, "-m", "exporter", "run", "--config.file", str(cfg)], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg)], cwd=ROOT,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 2 and "alerts." in out.stderr, out.stderr
-        check = subprocess.run([sys.executable, "-m", "exporter", "check-config", "--config.file", str(cfg)],
+        check = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(cfg)],
                                cwd=ROOT, capture_output=True, text=True, timeout=30)
         assert check.returncode == 2 and "configuration OK" not in check.stdout
 
@@ -378,7 +378,7 @@ def test_one_exporter_per_state_dir(tmp_path):
 
 
 def test_cli_flag_and_path_mistakes(tmp_path):
-    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "exporter", *a], cwd=ROOT, capture_output=True,
+    run = lambda *a, **kw: subprocess.run([sys.executable, "-m", "coding_agent_exporter", *a], cwd=ROOT, capture_output=True,
                                           text=True, timeout=30, **kw)
     out = run("run", "--web.listen-addres", "127.0.0.1:1")  # a typo is not taken for a prefix
     assert out.returncode == 2 and "unrecognized arguments" in out.stderr

@@ -36,7 +36,7 @@ import bcrypt
 import pytest
 import yaml
 
-from exporter.cli import DEFAULT_LISTEN, build_parser
+from coding_agent_exporter.cli import DEFAULT_LISTEN, build_parser
 from harness import ROOT, claude_path, codex_path
 from test_hardening_support import ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, wait_for, write
 
@@ -269,7 +269,7 @@ def test_bad_web_config_stops_at_start_naming_the_key(tmp_path, web, needle):
         "KEY", str(certs.get("server.key", "")))
     path = tmp_path / "web.yml"
     path.write_text(yaml.safe_dump(json.loads(text)))
-    r = subprocess.run([sys.executable, "-m", "exporter", "run", "--web.config.file", str(path),
+    r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--web.config.file", str(path),
                         "--web.listen-address", "127.0.0.1:0", "--config.file", "/dev/null"],
                        cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2, (r.returncode, r.stderr[-2000:])

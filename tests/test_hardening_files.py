@@ -364,7 +364,7 @@ if WHAT == "watches":
     c.inotify_add_watch = add
 else:
     c.inotify_init1 = init
-from exporter.cli import main
+from coding_agent_exporter.cli import main
 sys.exit(main())
 """
 

@@ -25,9 +25,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter import tailer as tailer_mod
-from exporter.decode import PARSE_ERROR_REASONS, LineError, decode_line
-from exporter.tailer import Tailer
+from coding_agent_exporter import tailer as tailer_mod
+from coding_agent_exporter.decode import PARSE_ERROR_REASONS, LineError, decode_line
+from coding_agent_exporter.tailer import Tailer
 from harness import TRANSCRIPTS, claude_path, codex_path
 from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, wait_for,
                                     write)
@@ -191,7 +191,7 @@ def test_projection_survives_any_field_type(data):
     fields replaced by a value of another JSON type: the provider projection
     never raises (an exception there used to drop the rest of a read batch
     and abort the start-up scan)."""
-    from exporter.store import PROVIDER_MODULES
+    from coding_agent_exporter.store import PROVIDER_MODULES
 
     prov, rec = data.draw(st.sampled_from(REAL_RECORDS))
     obj = json.loads(json.dumps(rec))
@@ -456,7 +456,7 @@ def test_real_transcripts_in_random_cuts_equal_scan(tmp_path):
             wait_for(lambda: _counters(exp, prov)["bytes"] >= total[prov], timeout=20, what=f"{prov} bytes")
             assert _counters(exp, prov)["bytes"] == total[prov]
         time.sleep(FAST_SETTLE := 4.0)  # inferred completions settle (3 s here)
-        out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--json", "--config.file",
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", "--config.file",
                               str(exp.config_path), str(tmp_path / "claude" / "projects"),
                               str(tmp_path / "codex" / "sessions")], capture_output=True, text=True, timeout=60,
                              cwd=Path(__file__).resolve().parent.parent)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.metrics import Metrics
-from exporter.reducer import Timing
-from exporter.store import SessionStore
+from coding_agent_exporter.metrics import Metrics
+from coding_agent_exporter.reducer import Timing
+from coding_agent_exporter.store import SessionStore
 
 T0 = 1_777_629_600  # 2026-05-01T10:00:00Z
 CSID = "c1a0de00-0000-4000-8000-000000000001"
@@ -414,7 +414,7 @@ def test_lone_surrogate_escape_keeps_the_record(tmp_path):
 
 
 def test_unprojectable_record_is_counted_and_reading_goes_on(tmp_path, monkeypatch):
-    from exporter.providers import claude_code
+    from coding_agent_exporter.providers import claude_code
 
     orig = claude_code.FileDecoder.project
 

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 
-from exporter import scan as scan_mod
-from exporter.config import Config
+from coding_agent_exporter import scan as scan_mod
+from coding_agent_exporter.config import Config
 from harness import FIXTURES
 
 

@@ -283,7 +283,7 @@ def test_compose_exporter_matches_flags_config_and_image(compose):
     assert re.search(r'^coding-agent-exporter\s*=\s*"exporter\.cli:main"', pyproject, re.M)
 
     # The exporter accepts the docker config (keys and types).
-    r = subprocess.run([sys.executable, "-m", "exporter", "check-config", "--config.file", str(DOCKER_CONFIG)],
+    r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(DOCKER_CONFIG)],
                        cwd=REPO, capture_output=True, timeout=60)
     assert r.returncode == 0, (r.stdout + r.stderr).decode()
 
@@ -663,7 +663,7 @@ def stack(tmp_path_factory):
         }
         cfg_path = tmp / "exporter.yml"
         cfg_path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        exporter = _Proc([sys.executable, "-m", "exporter", "run", "--config.file", str(cfg_path),
+        exporter = _Proc([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg_path),
                           "--web.listen-address", f"127.0.0.1:{eport}", "--web.telemetry-path", "/metrics",
                           "--log.level", "info"], tmp / "exporter.log", REPO)
         procs.append(exporter)

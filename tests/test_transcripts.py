@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.metrics import Metrics
-from exporter.reducer import Timing
-from exporter.store import SessionStore
+from coding_agent_exporter.metrics import Metrics
+from coding_agent_exporter.reducer import Timing
+from coding_agent_exporter.store import SessionStore
 from harness import ROOT, TRANSCRIPTS
 
 CC = TRANSCRIPTS / "claude_code"
@@ -68,7 +68,7 @@ def layout(tmp_path_factory):
 
 def _scan(*paths, at: float | None = None) -> list[dict]:
     at = at or time.time() + 86400  # a day later: every time-based rule has fired
-    out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--json", "--at", str(at), *map(str, paths)],
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", "--at", str(at), *map(str, paths)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
@@ -139,20 +139,20 @@ def test_scan_provider_from_content_and_flag(tmp_path):
     f.write_bytes((CX / "v0.135_exec_complete.jsonl").read_bytes())
     (row,) = _scan(f)
     assert row["provider"] == "codex" and row["state"] == "completed"
-    out = subprocess.run([sys.executable, "-m", "exporter", "scan", "--provider", "claude_code", str(f)],
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--provider", "claude_code", str(f)],
                          cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0
-    missing = subprocess.run([sys.executable, "-m", "exporter", "scan", str(tmp_path / "nope")],
+    missing = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", str(tmp_path / "nope")],
                              cwd=ROOT, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr
-    bad_at = subprocess.run([sys.executable, "-m", "exporter", "scan", "--at", "tomorrow", str(f)],
+    bad_at = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--at", "tomorrow", str(f)],
                             cwd=ROOT, capture_output=True, text=True)
     assert bad_at.returncode == 2 and "--at" in bad_at.stderr
 
 
 def test_scan_human_output(layout):
     root, _ = layout
-    out = subprocess.run([sys.executable, "-m", "exporter", "scan", str(root)], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", str(root)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0
     lines = out.stdout.splitlines()
