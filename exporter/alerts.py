@@ -1,8 +1,10 @@
-"""Alerts: exactly one Apprise page per validated main-thread completion.
+"""Alerts: exactly one Apprise page per validated main-thread completion,
+and one per wait for the user.
 
-Flow: a session transition into ``completed``/``error``/``stalled`` that was
-read live (not backfill) and is younger than ``max_age_seconds`` becomes a
-*pending* alert keyed by (kind, provider, turn). After ``settle_seconds`` it
+Flow: a session transition into ``completed``/``error``/``stalled``/
+``waiting`` that was read live (not backfill) and is younger than
+``max_age_seconds`` becomes a *pending* alert keyed by (kind, provider,
+turn) — for ``waiting`` by the wait, since one turn may wait several times. After ``settle_seconds`` it
 is sent only if it is still the session's current state. Delivery runs in a
 worker thread, one Apprise object per target so that a retry (exponential
 backoff) reaches only the targets that failed. The ledger in ``state_dir``
@@ -41,6 +43,17 @@ LEDGER_MAX_ENTRIES = 50_000
 
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+#: What a page says the agent waits for, by wait reason.
+WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a question",
+               "plan": "has a plan for you to approve", "elicitation": "needs your input"}
+KINDS = ("completed", "error", "stalled", "waiting")
+
+
+def unit_of(st) -> str | None:
+    """What one page is about: the wait for ``waiting``, else the turn."""
+    return st.wait if st.state == "waiting" else st.turn
 
 
 def alert_key(kind: str, provider: str, session_id: str, turn: str) -> str:
@@ -115,7 +128,7 @@ def describe_targets(cfg: Config) -> str:
         return f"alerts: configuration error: {e}"
     if not targets:
         return "alerts: off (no Apprise URLs configured)"
-    kinds = [k for k in ("completed", "error", "stalled") if getattr(cfg.alerts.kinds, k)]
+    kinds = [k for k in KINDS if getattr(cfg.alerts.kinds, k)]
     return f"alerts: {', '.join(kinds) or 'no kinds'} to {len(targets)} target(s): " + \
         ", ".join(t.name for t in targets)
 
@@ -241,13 +254,14 @@ class Alerter:
         for t in transitions:
             st, s = t.new, t.session
             kind = st.state
-            if kind not in ("completed", "error", "stalled") or not getattr(self.a.kinds, kind):
+            if kind not in KINDS or not getattr(self.a.kinds, kind):
                 continue
-            if s.hidden or st.turn is None:
+            unit = unit_of(st)
+            if s.hidden or unit is None:
                 continue
-            if t.old.state == kind and t.old.turn == st.turn:
+            if t.old.state == kind and unit_of(t.old) == unit:
                 continue  # another marker of the same turn (e.g. end_turn, then turn_duration)
-            key = alert_key(kind, s.provider, s.session_id, st.turn)
+            key = alert_key(kind, s.provider, s.session_id, unit)
             entry = self.ledger.get(key)
             if key in self.pending:
                 continue
@@ -269,7 +283,7 @@ class Alerter:
                 log.info("not paging %s %s: its record is older than alerts.max_age_seconds", s.provider, kind)
                 continue
             title, body = self._message(s, st)
-            p = Pending(key, kind, s, st.turn, st.state, title, body, first_seen=now,
+            p = Pending(key, kind, s, unit, st.state, title, body, first_seen=now,
                         due=now + self.a.settle_seconds, since=st.since)
             self.pending[key] = p
             with self._lock:
@@ -293,7 +307,7 @@ class Alerter:
             if p.due > now or p.remaining:
                 continue
             cur = p.session.status
-            if (cur.state != p.state or cur.turn != p.turn) and not self._stood(p, cur):
+            if (cur.state != p.state or unit_of(cur) != p.turn) and not self._stood(p, cur):
                 del self.pending[key]
                 with self._lock:
                     self.ledger.pop(key, None)
@@ -310,7 +324,7 @@ class Alerter:
         still stood for the settle time in record time when what superseded
         it was written at least ``settle_seconds`` later (a backlog read at
         once, or a transcript appended faster than it was written)."""
-        if p.kind == "stalled" or p.since is None or cur.since is None or cur.turn == p.turn:
+        if p.kind == "stalled" or p.since is None or cur.since is None or unit_of(cur) == p.turn:
             return False
         return cur.since - p.since >= self.a.settle_seconds
 
@@ -354,7 +368,7 @@ class Alerter:
     def _deliver(self, p: Pending) -> None:
         tag = self.a.tags.get(p.kind, p.kind)
         notify_type = apprise.NotifyType.FAILURE if p.kind == "error" else (
-            apprise.NotifyType.WARNING if p.kind == "stalled" else apprise.NotifyType.SUCCESS)
+            apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS)
         still = []
         for i in p.remaining:
             target = self.targets[i]
@@ -383,6 +397,10 @@ class Alerter:
             title = f"{mod.LABEL} · {project}: your turn"
         elif st.state == "error":
             title = f"{mod.LABEL} · {project}: stopped on {(st.error_kind or 'error').replace('_', ' ')}"
+        elif st.state == "waiting":
+            title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
+            if st.tool and st.reason == "permission":
+                title += f" ({st.tool})"
         else:
             title = f"{mod.LABEL} · {project}: stalled"
         lines = [f"Session: {s.session_id}"]
@@ -393,6 +411,8 @@ class Alerter:
             lines.append(f"Detected: {st.evidence} ({st.detail})")
         elif st.state == "error":
             lines.append(f"Error: {st.error_kind}")
+        elif st.state == "waiting":
+            lines.append(f"Waiting for: {st.reason}" + (f" ({st.tool})" if st.tool else ""))
         if self.a.include_excerpt and s.reducer.last_text:
             text = s.reducer.last_text.strip()
             n = self.a.excerpt_chars

@@ -58,6 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", allow_abbrev=False, help="validate the configuration and print the effective roots")
     _common(check)
 
+    hook = sub.add_parser("hook", allow_abbrev=False,
+                          help="deliver one agent hook event (JSON on stdin) to the exporter; always exits 0")
+    _common(hook)
+    hook.add_argument("--agent", required=True, choices=["claude_code", "codex"], help="the agent running the hook")
+    hook.add_argument("--url", default=f"http://{DEFAULT_LISTEN}", metavar="URL",
+                      help=f"the exporter's address, http(s)://[user:password@]host:port (default: http://{DEFAULT_LISTEN})")
+    hook.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
+                      help="give up on the exporter after this long and spool the event (default: 2)")
+
     test = sub.add_parser("test-alert", allow_abbrev=False, help="send a test notification through the configured URLs")
     _common(test)
     return parser
@@ -74,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
     _setup_logging(args.log_level)
+    if args.command == "hook":
+        return _hook(args)
     try:
         cfg = load(args.config_file)
     except ConfigError as e:
@@ -88,6 +99,36 @@ def main(argv: list[str] | None = None) -> int:
 
         return test_alert(cfg)
     return _run(args, cfg)
+
+
+def _hook(args) -> int:
+    """The ``hook`` command: an agent's hook runs it with the event's JSON on
+    stdin. It must never slow down or break the agent, so it prints nothing
+    on stdout (Claude Code would read it as the hook's decision), spools the
+    event under ``state_dir`` when the exporter cannot be reached, and exits
+    0 whatever happens."""
+    try:
+        from .hooks import send
+
+        try:
+            cfg = load(args.config_file)
+        except ConfigError as e:
+            log.warning("hook: configuration error (using defaults): %s", e)
+            from .config import Config
+
+            cfg = Config()
+        limit = cfg.hooks.max_body_bytes
+        body = sys.stdin.buffer.read(limit + 1)
+        if len(body) > limit:
+            log.warning("hook: event larger than hooks.max_body_bytes; not delivered")
+            return 0
+        outcome = send(args.agent, body, args.url, cfg.resolved_state_dir(), timeout=args.timeout,
+                       max_body_bytes=limit)
+        if outcome != "sent":
+            log.info("hook: event %s (%s)", outcome, args.url)
+    except Exception as e:  # noqa: BLE001 - a hook must never fail the agent
+        log.warning("hook: %s", e)
+    return 0
 
 
 def _scan(args, cfg) -> int:
@@ -157,7 +198,7 @@ def _run(args, cfg) -> int:
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
     from .persist import StateDirBusy, lock_state_dir
-    from .web import load_web_config, make_app, serve
+    from .web import hooks_app, load_web_config, make_app, serve
 
     try:
         web = load_web_config(args.web_config)
@@ -181,7 +222,8 @@ def _run(args, cfg) -> int:
         return 1
     daemon = Daemon(cfg, metrics, alerter)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
-    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers)
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes))
     try:
         server = serve(app, args.listen, web)
     except ValueError as e:

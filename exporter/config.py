@@ -70,6 +70,7 @@ class AlertKinds:
     completed: bool = True
     error: bool = True
     stalled: bool = False
+    waiting: bool = True
 
 
 @dataclass
@@ -90,7 +91,7 @@ class Alerts:
     kinds: AlertKinds = field(default_factory=AlertKinds)
     #: Apprise tag per kind (URLs without a tag get every kind).
     tags: dict[str, str] = field(default_factory=lambda: {"completed": "completed", "error": "error",
-                                                          "stalled": "stalled"})
+                                                          "stalled": "stalled", "waiting": "waiting"})
     #: Seconds a completion must stay the session's state before it pages.
     settle_seconds: float = 2.0
     #: Completions whose record is older than this never page (0: no limit).
@@ -98,7 +99,18 @@ class Alerts:
     #: Put the last assistant message into the body (transcript content!).
     include_excerpt: bool = False
     excerpt_chars: int = 200
+    #: One reminder for a session still waiting (or still on your turn) this
+    #: many seconds after its page (0: off).
+    remind_after_seconds: float = 0.0
     retry: Retry = field(default_factory=Retry)
+
+
+@dataclass
+class Hooks:
+    #: Larger hook bodies are refused with 413 (bytes; 4 MiB).
+    max_body_bytes: int = 4 * 1024 * 1024
+    #: Spooled hook events (the exporter was down) older than this are dropped.
+    spool_max_age_seconds: float = 3600.0
 
 
 @dataclass
@@ -107,6 +119,7 @@ class Config:
     reducer: Reducer = field(default_factory=Reducer)
     metrics: Metrics = field(default_factory=Metrics)
     alerts: Alerts = field(default_factory=Alerts)
+    hooks: Hooks = field(default_factory=Hooks)
     #: Where the alert ledger lives; default ``$XDG_STATE_HOME/coding-agent-exporter``.
     state_dir: str | None = None
 
@@ -197,7 +210,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     if cfg.reducer.evaluation_interval_seconds <= 0:
         raise ConfigError(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
     for kind in cfg.alerts.tags:
-        if kind not in ("completed", "error", "stalled"):
+        if kind not in ("completed", "error", "stalled", "waiting"):
             raise ConfigError(f"{source}: alerts.tags.{kind}: unknown alert kind")
     return cfg
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .config import Config
 from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
+from .hooks import HookInbox
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store
@@ -57,6 +58,8 @@ class Daemon:
         self.roots = configured_roots(cfg)
         self.alerter = alerter
         self.queue = ChangeQueue()
+        #: Hook events from the HTTP threads, applied by the reader thread.
+        self.hooks = HookInbox(self.metrics, self.queue.wake)
         self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
         self.ready = threading.Event()
@@ -171,8 +174,10 @@ class Daemon:
                 polled = False
                 if time.monotonic() >= next_poll:
                     polled = self._poll()
+                    self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
-                if paths or polled or time.monotonic() >= next_eval:
+                hooked = self._apply_hooks()
+                if paths or polled or hooked or time.monotonic() >= next_eval:
                     self._evaluate()
                     next_eval = time.monotonic() + cfg.reducer.evaluation_interval_seconds
                 if self.alerter is not None:
@@ -183,6 +188,19 @@ class Daemon:
             except Exception:  # pragma: no cover - keep following files whatever happens
                 log.exception("reader loop error; continuing")
                 time.sleep(0.5)
+
+    def _apply_hooks(self) -> bool:
+        """Apply the hook events received since the last round, in arrival
+        order. The transcript a hook names is read first (when it lies under
+        a configured root), so the hook is ordered after every record written
+        before it ran. True when there were any."""
+        items = self.hooks.take()
+        for d in items:
+            path = d.transcript_path
+            if path and ".." not in Path(path).parts and self._root_of(path) is not None:
+                self._read(path, live=True)
+            self.store.apply_hook(d)
+        return bool(items)
 
     def _backfill(self) -> None:
         """Read everything there is. Bytes a previous run had read (its

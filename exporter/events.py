@@ -28,6 +28,14 @@ class Kind(enum.IntEnum):
     - ``META``: metadata (titles, snapshots, local commands, compaction,
       replayed history): changes no state.
     - ``SESSION``: session metadata (Codex ``session_meta``); carries identity.
+    - ``WAIT``: the agent is blocked mid-turn until the user acts: a question
+      or plan approval pending in the transcript (Claude ``AskUserQuestion``/
+      ``ExitPlanMode`` tool_use, Codex ``request_user_input`` function_call)
+      or a permission prompt/elicitation reported by a hook
+      (``PermissionRequest``, ``Notification``). ``reason`` and ``tool`` say
+      what it waits for. The turn's next main-thread record ends it.
+    - ``END``: the agent's session ended (Claude ``SessionEnd`` hook): ends a
+      wait or an unfinished turn as ``interrupted``; changes nothing else.
     """
 
     START = 1
@@ -39,10 +47,17 @@ class Kind(enum.IntEnum):
     ACTIVITY = 7
     META = 8
     SESSION = 9
+    WAIT = 10
+    END = 11
 
 
 #: Kinds that move the main thread's state (ordered by semantic time).
-SIGNIFICANT = frozenset({Kind.START, Kind.WORK, Kind.OUTPUT, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT})
+SIGNIFICANT = frozenset({Kind.START, Kind.WORK, Kind.OUTPUT, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT,
+                         Kind.WAIT, Kind.END})
+
+#: Reasons a ``WAIT`` gives (``coding_agent_user_wait_seconds{reason}`` adds
+#: ``your_turn`` for the wait after a completion).
+WAIT_REASONS = ("permission", "question", "plan", "elicitation")
 
 
 @dataclass(slots=True)
@@ -78,6 +93,13 @@ class Event:
         parent_id: for ``SESSION``: the parent thread of a subagent rollout.
         text: assistant text excerpt (bounded), kept only for opt-in alert
             bodies.
+        reason: for ``WAIT``: one of :data:`WAIT_REASONS`.
+        tool: for ``WAIT``: the tool the agent waits to run or asks through
+            (``Bash``, ``AskUserQuestion`` …), when known.
+        final: for ``COMPLETE``: the agent itself reported that it stopped
+            (a ``Stop`` hook). Assistant output of the same turn that is
+            flushed to the transcript after it does not reopen the turn;
+            only a new prompt, tool work or a wait does.
     """
 
     kind: Kind
@@ -95,3 +117,6 @@ class Event:
     subagent: bool = False
     parent_id: str | None = None
     text: str | None = None
+    reason: str | None = None
+    tool: str | None = None
+    final: bool = False

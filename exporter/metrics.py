@@ -16,7 +16,16 @@ from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
 from .reducer import EVIDENCE, STATES
 
 PROVIDERS = ("claude_code", "codex")
-ALERT_KINDS = ("completed", "error", "stalled")
+ALERT_KINDS = ("completed", "error", "stalled", "waiting")
+#: Hook events counted by name (``hook_event_name``); any other name counts as ``other``.
+HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure",
+               "PermissionDenied", "UserPromptSubmit", "Stop", "StopFailure", "SubagentStop", "SessionStart",
+               "SessionEnd", "other")
+#: Why a hook delivery was refused or skipped.
+HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unreadable_spool",
+                      "expired")
+#: What the user was waiting to answer (``your_turn``: the turn had ended).
+USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
 ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
 
 
@@ -62,6 +71,15 @@ class Metrics:
                                        "Time from reading the completion to delivery (settle time included).",
                                        ["kind"], registry=r,
                                        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300))
+        self.hook_events = Counter("coding_agent_hook_events", "Agent hook events received, by event name.",
+                                   p + ["event"], registry=r)
+        self.hook_errors = Counter("coding_agent_hook_errors", "Hook deliveries refused or skipped, by reason.",
+                                   ["reason"], registry=r)
+        self.user_wait = Histogram("coding_agent_user_wait_seconds",
+                                   "Time an agent waited for its user: from a completion (your_turn) or a "
+                                   "question, plan or permission prompt to the user's next prompt or answer.",
+                                   p + ["reason"], registry=r,
+                                   buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400))
         build = Gauge("coding_agent_exporter_build_info", "Build of coding-agent-exporter; value 1.",
                       ["version"], registry=r)
         build.labels(__version__).set(1)
@@ -78,6 +96,12 @@ class Metrics:
                 self.completions.labels(prov, ev)
             for kind in ERROR_KINDS:
                 self.turn_errors.labels(prov, kind)
+            for event in HOOK_EVENTS:
+                self.hook_events.labels(prov, event)
+            for reason in USER_WAIT_REASONS:
+                self.user_wait.labels(prov, reason)
+        for reason in HOOK_ERROR_REASONS:
+            self.hook_errors.labels(reason)
         for kind in ALERT_KINDS:
             for c in (self.alerts, self.alerts_failed, self.alerts_dedup):
                 c.labels(kind)

@@ -16,7 +16,15 @@ Rules, in order (see README "States and evidence"):
    *inferred* completion once every file of the session has been quiet for
    ``inferred_settle`` seconds (``marker_wait`` when the agent version will
    still write an explicit marker for this turn).
-6. A working session with nothing written for ``stall_after`` seconds is
+6. A ``WAIT`` (a question or plan approval pending in the transcript, a
+   permission prompt reported by a hook) makes the session ``waiting`` until
+   the turn's next main-thread record; a ``WAIT`` while already waiting is
+   the same wait (one page). A waiting session is never ``stalled``. A
+   session ``END`` turns a wait or an unfinished turn into ``interrupted``.
+7. A completion the agent itself reported (``final``: a ``Stop`` hook) is
+   not reopened by assistant output flushed after it; a prompt, tool work or
+   a wait does.
+8. A working session with nothing written for ``stall_after`` seconds is
    ``stalled``.
 """
 
@@ -26,7 +34,7 @@ from dataclasses import dataclass
 
 from .events import SIGNIFICANT, Event, Kind
 
-STATES = ("working", "completed", "error", "interrupted", "stalled", "unknown")
+STATES = ("working", "waiting", "completed", "error", "interrupted", "stalled", "unknown")
 EVIDENCE = ("explicit", "inferred")
 
 
@@ -47,7 +55,9 @@ class Status:
     gives an id); ``evidence`` is ``explicit``/``inferred`` for ``completed``;
     ``error_kind`` is set for ``error``; ``since`` is the semantic time (Unix
     seconds) the state began; ``live`` is False when the deciding record was
-    read during the start-up backfill.
+    read during the start-up backfill. For ``waiting``: ``reason`` (see
+    :data:`~.events.WAIT_REASONS`), ``tool`` (or None) and ``wait``, the
+    wait's stable key (one page per wait).
     """
 
     state: str
@@ -58,6 +68,9 @@ class Status:
     since: float | None = None
     live: bool = False
     duration: float | None = None
+    reason: str | None = None
+    tool: str | None = None
+    wait: str | None = None
 
 
 class SessionReducer:
@@ -70,7 +83,7 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -83,6 +96,12 @@ class SessionReducer:
         self._turn_error: str | None = None
         self.last_event_ts: float | None = None
         self.last_text: str | None = None
+        self._wait: tuple[str | None, str | None, str | None] | None = None  # (key, reason, tool)
+
+    @property
+    def decided_at(self) -> float | None:
+        """Record time (Unix seconds) of the event that decides the state."""
+        return self._last.ts if self._last is not None else None
 
     def apply(self, ev: Event, seq: int, live: bool, ident_key: str | None = None) -> None:
         """Apply one event. ``ident_key`` is a stable, globally unique string
@@ -96,19 +115,32 @@ class SessionReducer:
         if key < self._last_key:
             return  # older than what already decided the state
         prev = self._last.kind if self._last is not None else None
+        if kind == Kind.END:
+            if prev not in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.WAIT):
+                return  # the turn had already ended: nothing to change
+            ev.kind, kind = Kind.INTERRUPT, Kind.INTERRUPT
+        if kind == Kind.OUTPUT and prev == Kind.COMPLETE and self._last.final:
+            return  # the agent reported its stop; this is its answer, flushed late
+        if kind == Kind.WAIT:
+            if prev == Kind.WAIT:  # the same wait, told again (transcript and hook, or two hooks)
+                key0, reason, tool = self._wait
+                self._wait = (key0, reason if reason != "permission" or not ev.reason else ev.reason,
+                              tool or ev.tool)
+                return
+            self._wait = (ident_key, ev.reason, ev.tool)
         terminal = prev in (None, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT)
         if kind == Kind.START:
             if prev != Kind.START:
                 self._new_turn(ev, ident_key)
             elif ev.turn_id and self._turn_auto:
                 self.turn, self._turn_auto = ev.turn_id, False
-        elif kind in (Kind.WORK, Kind.OUTPUT) and terminal:
+        elif kind in (Kind.WORK, Kind.OUTPUT, Kind.WAIT) and terminal:
             self._new_turn(ev, ident_key)
         elif self.turn is None:
             self._new_turn(ev, ident_key)
         if kind == Kind.ERROR:
             self._turn_error = ev.error_kind or "api_error"
-        elif kind in (Kind.START, Kind.WORK, Kind.OUTPUT):
+        elif kind in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.WAIT):
             self._turn_error = None
         if ev.text is not None and kind in (Kind.OUTPUT, Kind.COMPLETE):
             self.last_text = ev.text
@@ -138,6 +170,9 @@ class SessionReducer:
             return Status("error", error_kind=self._turn_error, **common)
         if kind == Kind.INTERRUPT:
             return Status("interrupted", **common)
+        if kind == Kind.WAIT:
+            key, reason, tool = self._wait
+            return Status("waiting", reason=reason, tool=tool, wait=key or self.turn, **common)
         quiet = now - last_write
         if kind == Kind.OUTPUT:
             wait = self.timing.marker_wait if last.expects_marker else self.timing.inferred_settle

@@ -278,19 +278,56 @@ class SessionStore:
             sid = ev.session_id
         if sid is None:
             sid = ev.session_id or Path(f.path).stem
-        if len(sid) > MAX_ID_CHARS or not sid.isprintable():
-            # ids come from transcript content and become label values: bound them
-            sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        key = (prov, sid)
-        s = self.sessions.get(key)
-        if s is None:
-            s = Session(prov, sid, SessionReducer(self.timing))
-            s.hidden = f.sidechain
-            self.sessions[key] = s
+        s = self._session(prov, sid, hidden=f.sidechain)
         if not f.sidechain:
             s.hidden = False
         s.files.add(f.path)
         f.session = s
+        return s
+
+    def _session(self, provider: str, sid: str, hidden: bool = False) -> Session:
+        """The session ``(provider, sid)``, made when new."""
+        if len(sid) > MAX_ID_CHARS or not sid.isprintable():
+            # ids come from transcript or hook content and become label values: bound them
+            sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        key = (provider, sid)
+        s = self.sessions.get(key)
+        if s is None:
+            s = Session(provider, sid, SessionReducer(self.timing))
+            s.hidden = hidden
+            self.sessions[key] = s
+        return s
+
+    # -- hooks -------------------------------------------------------------
+    def apply_hook(self, d) -> Session | None:
+        """Apply one :class:`~.hooks.HookDelivery` (always news). It joins
+        its session by ``transcript_path`` (the file's session, a subagent
+        rollout's parent included), else by ``session_id``; a session no
+        transcript told of yet is made from the hook. Returns the session,
+        or None when the delivery changes no state."""
+        ev = d.event
+        with self._lock:
+            f = self.files.get(d.transcript_path) if d.transcript_path else None
+            s = f.session if f is not None else None
+            if s is None and d.session_id is None:
+                return None
+            if s is None:
+                s = self._session(d.provider, d.session_id)
+                s.hidden = False
+            if d.cwd and not s.cwd:
+                s.cwd = d.cwd
+            if ev is None:
+                return None
+            if d.ident in s.seen:
+                self.metrics.duplicates.labels(d.provider).inc()
+                s.counters.duplicates += 1
+                return None
+            s.seen.add(d.ident)
+            s.seq += 1
+            s.counters.events += 1
+            s.last_write = max(s.last_write, ev.ts)
+            s.reducer.apply(ev, s.seq, True, f"{s.session_id}:{d.ident}")
+            self._dirty.add((s.provider, s.session_id))
         return s
 
     # -- evaluation --------------------------------------------------------
@@ -316,6 +353,7 @@ class SessionStore:
                     continue
                 s.status = new
                 self._count(s, new)
+                self._waited(s, old, new)
                 out.append(Transition(s, old, new))
         return out
 
@@ -330,6 +368,20 @@ class SessionStore:
         elif st.state == "error" and st.turn not in s.error_turns:
             s.error_turns.add(st.turn)
             self.metrics.turn_errors.labels(s.provider, st.error_kind or "api_error").inc()
+
+    def _waited(self, s: Session, old: Status, new: Status) -> None:
+        """``coding_agent_user_wait_seconds``: the user answered a wait or
+        gave the next prompt after a completion (news only)."""
+        if s.hidden or not new.live or old.state not in ("completed", "waiting") or old.since is None:
+            return
+        if new.state in ("stalled", "unknown") or (new.state == old.state and new.turn == old.turn
+                                                   and new.wait == old.wait):
+            return
+        at = s.reducer.decided_at
+        if at is None or at < old.since:
+            return
+        reason = "your_turn" if old.state == "completed" else (old.reason or "permission")
+        self.metrics.user_wait.labels(s.provider, reason).observe(at - old.since)
 
     def expire(self, now: float | None = None) -> int:
         """Forget sessions not written for ``session_ttl`` seconds (their
@@ -352,7 +404,7 @@ class SessionStore:
     # -- views -------------------------------------------------------------
     def rows(self, now: float | None = None) -> list[dict]:
         """Visible sessions as dicts (provider, session_id, project, state,
-        evidence, error_kind, since, last_event_at, last_write, counters),
+        evidence, error_kind, waiting_for (reason, tool), since, last_event_at, last_write, counters),
         newest first, within the session TTL."""
         now = time.time() if now is None else now
         rows = []
@@ -368,6 +420,7 @@ class SessionStore:
                 "evidence": st.evidence,
                 "detail": st.detail,
                 "error_kind": st.error_kind,
+                "waiting_for": {"reason": st.reason, "tool": st.tool} if st.state == "waiting" else None,
                 "turn": st.turn,
                 "since": st.since,
                 "last_event_at": s.reducer.last_event_ts,

@@ -1,5 +1,7 @@
 """HTTP endpoint: ``/metrics`` (prometheus-client's WSGI app, with OpenMetrics
-negotiation), a landing page at ``/``, ``/-/healthy`` and ``/-/ready``.
+negotiation), a landing page at ``/``, ``/-/healthy``, ``/-/ready``, and
+``POST /hooks/claude_code`` / ``POST /hooks/codex`` for the agents' hook
+events (see :mod:`.hooks`).
 
 ``--web.config.file`` takes the exporter-toolkit format: ``tls_server_config``
 (``cert_file``, ``key_file``, ``client_ca_file``, ``client_auth_type``,
@@ -196,9 +198,64 @@ class _Auth:
         return ok
 
 
-def make_app(registry, telemetry_path: str, ready, users=None, headers=None):
+#: A refused hook body up to this size is read (and dropped) before the 413,
+#: so the agent's HTTP client sees the reply instead of a broken pipe.
+_DRAIN_MAX_BYTES = 64 << 20
+
+
+def hooks_app(inbox, max_body_bytes: int):
+    """WSGI app for ``POST /hooks/<provider>``: the body is the hook's JSON
+    exactly as the agent sends it. Replies at once (the reader thread applies
+    it): 200 with an empty body when taken (Claude Code reads an empty 2xx
+    reply as success with no decision), 400 for a body that is not a hook
+    event, 404 for an unknown agent, 405 for another method, 413 past
+    ``max_body_bytes`` (not read), 429 when the inbox is full. Every refusal
+    is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
+    from .hooks import PROVIDERS, TIME_HEADER
+
+    time_key = "HTTP_" + TIME_HEADER.upper().replace("-", "_")
+
+    def reply(start_response, status: str, text: bytes = b""):
+        start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(text)))])
+        return [text]
+
+    def app(environ, start_response):
+        provider = environ.get("PATH_INFO", "")[len("/hooks/"):]
+        if provider not in PROVIDERS:
+            inbox.metrics.hook_errors.labels("unknown_agent").inc()
+            return reply(start_response, "404 Not Found", b"unknown agent\n")
+        if environ.get("REQUEST_METHOD") != "POST":
+            return reply(start_response, "405 Method Not Allowed", b"POST a hook event\n")
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = -1
+        if length < 0 or length > max_body_bytes:
+            inbox.metrics.hook_errors.labels("too_large").inc()
+            if 0 < length <= _DRAIN_MAX_BYTES:  # read and drop it, so the client gets to see the 413
+                stream = environ["wsgi.input"]
+                while length > 0 and (chunk := stream.read(min(length, 1 << 16))):
+                    length -= len(chunk)
+            return reply(start_response, "413 Content Too Large", b"hook body too large\n")
+        body = environ["wsgi.input"].read(length) if length else b""
+        try:
+            at = float(environ.get(time_key) or "nan")
+        except ValueError:
+            at = float("nan")
+        error = inbox.receive(provider, body, at if at == at else None)
+        if error is None:
+            return reply(start_response, "200 OK")
+        if error == "too_large":
+            return reply(start_response, "429 Too Many Requests", b"busy\n")
+        return reply(start_response, "400 Bad Request", f"not a hook event: {error}\n".encode())
+
+    return app
+
+
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
-    ``headers`` are added to every response."""
+    ``headers`` are added to every response; ``hooks`` is the WSGI app of
+    the hook routes (:func:`hooks_app`), or None."""
     metrics_app = make_wsgi_app(registry)
     auth = _Auth(users or {})
     extra = list((headers or {}).items())
@@ -221,6 +278,8 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None):
         path = environ.get("PATH_INFO") or "/"
         if path == telemetry_path:
             return metrics_app(environ, start_response)
+        if hooks is not None and path.startswith("/hooks/"):
+            return hooks(environ, start_response)
         if path == "/-/healthy":
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"Healthy\n"]

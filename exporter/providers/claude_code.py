@@ -53,6 +53,10 @@ _INTERRUPT_PREFIX = "[Request interrupted by user"
 _END_STOP_REASONS = ("end_turn", "stop_sequence")
 _COMPLETE_SUBTYPES = ("turn_duration", "stop_hook_summary")
 _EXCERPT_CHARS = 2000
+#: Tools whose call waits for the user's answer (the result is the answer):
+#: ``AskUserQuestion`` (2.0.x+) asks a question, ``ExitPlanMode`` asks to
+#: approve a plan (plan mode; see v2.1.149_plan_mode_exitplanmode_pending).
+_WAIT_TOOLS = {"AskUserQuestion": "question", "ExitPlanMode": "plan"}
 
 
 def default_roots() -> list[Path]:
@@ -259,6 +263,10 @@ class FileDecoder:
         if "tool_use" in kinds or "server_tool_use" in kinds:
             ev.kind = Kind.WORK
             ev.detail = "tool_use"
+            for block in content if isinstance(content, list) else ():
+                if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") in _WAIT_TOOLS:
+                    ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[block["name"]], block["name"]
+                    ev.detail = "tool_use"
             return
         if "text" not in kinds:
             ev.kind = Kind.WORK
@@ -279,3 +287,56 @@ class FileDecoder:
             and _version_at_least(obj.get("version"), 2, 1)
         ):
             ev.expects_marker = True
+
+
+# -- hooks -------------------------------------------------------------------
+#: ``StopFailure`` ``error`` values (Claude Code hooks reference) → error kinds.
+_STOP_FAILURE_KINDS = {"rate_limit": "rate_limit", "authentication_failed": "auth", "billing_error": "billing",
+                       "overloaded": "overloaded", "server_error": "api_error", "invalid_request": "api_error",
+                       "max_output_tokens": "api_error"}
+#: ``Notification`` ``notification_type`` values that mean the user must act.
+_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
+
+
+def project_hook(name: str, obj: dict, ts: float) -> Event | None:
+    """One Claude Code hook input (the JSON a hook receives on stdin or as an
+    HTTP hook's body) to an :class:`Event` at ``ts`` (arrival, Unix seconds),
+    or ``None`` when the event says nothing about the session's state.
+
+    ``name`` is ``hook_event_name``. Fields used (Claude Code hooks
+    reference, 2.1.x): ``tool_name`` (PermissionRequest), ``notification_type``
+    (Notification: ``permission_prompt``, ``elicitation_dialog``; ``idle_prompt``
+    adds nothing: the turn end was already seen), ``error`` (StopFailure),
+    ``background_tasks`` (Stop: background work still running is not the
+    user's turn). A subagent's hook carries ``agent_id``; its permission
+    prompt still blocks the whole session, so it is the session's wait.
+    """
+    ev = Event(Kind.META, ts=ts, detail=name)
+    if name == "PermissionRequest":
+        tool = obj.get("tool_name")
+        tool = tool if isinstance(tool, str) and tool.isprintable() and len(tool) <= 64 else None
+        ev.kind, ev.tool = Kind.WAIT, tool
+        ev.reason = _WAIT_TOOLS.get(tool or "", "permission")
+    elif name == "Notification":
+        reason = _NOTIFICATION_WAITS.get(obj.get("notification_type"))
+        if reason is None:
+            return None
+        ev.kind, ev.reason = Kind.WAIT, reason
+    elif name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
+        ev.kind = Kind.WORK
+    elif name == "UserPromptSubmit":
+        ev.kind = Kind.START
+    elif name == "Stop":
+        tasks = obj.get("background_tasks")
+        if isinstance(tasks, list) and tasks:
+            ev.kind = Kind.WORK  # background agents still run; they wake the agent again
+        else:
+            ev.kind, ev.final = Kind.COMPLETE, True
+    elif name == "StopFailure":
+        err = obj.get("error")
+        ev.kind, ev.error_kind = Kind.ERROR, _STOP_FAILURE_KINDS.get(err if isinstance(err, str) else "", "api_error")
+    elif name == "SessionEnd":
+        ev.kind = Kind.END
+    else:
+        return None
+    return ev

@@ -41,6 +41,9 @@ _WORK_EVENTS = ("exec_command_end", "patch_apply_end", "mcp_tool_call_end", "web
                 "view_image_tool_call", "dynamic_tool_call_response", "image_generation_end",
                 "agent_reasoning", "exec_command_begin", "patch_apply_begin", "mcp_tool_call_begin")
 _EXCERPT_CHARS = 2000
+#: Tool calls that wait for the user's answer (their ``*_output`` is the
+#: answer): ``request_user_input`` asks the user a question (plan mode).
+_WAIT_TOOLS = {"request_user_input": "question"}
 
 
 def default_roots() -> list[Path]:
@@ -212,6 +215,9 @@ class FileDecoder:
                 ev.kind, ev.detail = Kind.INTERRUPT, "turn_aborted_marker"
         elif itype in _TOOL_CALLS or (isinstance(itype, str) and itype.endswith("_output")):
             ev.kind, ev.detail = Kind.WORK, itype
+            name = item.get("name")
+            if itype in _TOOL_CALLS and name in _WAIT_TOOLS:
+                ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[name], name
         elif itype == "reasoning":
             ev.kind, ev.detail = Kind.WORK, "reasoning"
         return ev
@@ -227,3 +233,35 @@ class FileDecoder:
         if ev.kind == Kind.META and obj.get("type") == "message" and obj.get("role") == "user":
             ev.kind, ev.detail = Kind.START, "user_message"
         return ev
+
+
+# -- hooks -------------------------------------------------------------------
+def project_hook(name: str, obj: dict, ts: float) -> Event | None:
+    """One Codex command-hook input (``~/.codex/hooks.json``; the JSON on the
+    hook's stdin) to an :class:`Event` at ``ts`` (arrival, Unix seconds), or
+    ``None`` when the event says nothing about the session's state.
+
+    ``name`` is ``hook_event_name``; ``turn_id`` names the turn (the
+    rollout's ``turn_id``). Codex does not persist approval requests in its
+    rollouts: ``PermissionRequest`` (``tool_name``, ``tool_input``) is the
+    only evidence of a permission prompt.
+    """
+    turn_id = obj.get("turn_id")
+    ev = Event(Kind.META, ts=ts, detail=name, turn_id=turn_id if isinstance(turn_id, str) else None)
+    if name == "PermissionRequest":
+        tool = obj.get("tool_name")
+        ev.kind, ev.reason = Kind.WAIT, "permission"
+        ev.tool = tool if isinstance(tool, str) and tool.isprintable() and len(tool) <= 64 else None
+        if ev.tool in _WAIT_TOOLS:
+            ev.reason = _WAIT_TOOLS[ev.tool]
+    elif name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
+        ev.kind = Kind.WORK
+    elif name == "UserPromptSubmit":
+        ev.kind = Kind.START
+    elif name == "Stop":
+        ev.kind, ev.final = Kind.COMPLETE, True
+    elif name == "SessionEnd":
+        ev.kind = Kind.END
+    else:
+        return None
+    return ev

@@ -1,0 +1,252 @@
+"""Hook events: the agents' own hooks, a second evidence source beside the
+transcripts.
+
+Claude Code POSTs a hook's JSON itself (a ``"type": "http"`` hook) to
+``/hooks/claude_code``; Codex runs command hooks only, so
+``coding-agent-exporter hook --agent codex`` reads the JSON on stdin and POSTs
+it to ``/hooks/codex`` (:func:`send`). When the exporter cannot be reached the
+command spools the body under ``state_dir/hook-spool``; the exporter takes
+spooled bodies younger than ``hooks.spool_max_age_seconds`` when it is back.
+
+The common envelope (``session_id``, ``transcript_path``, ``cwd``,
+``hook_event_name``; both agents' hook references) is read here; what an
+event means is the provider module's ``project_hook``. Deliveries are handed
+to the reader thread through :class:`HookInbox`: the HTTP thread replies at
+once and never touches the session store.
+
+Privacy: hook bodies carry tool input and the last assistant message. Only
+the envelope fields above and the fields a provider's ``project_hook`` names
+are read; nothing of a body is logged.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import logging
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from .events import Event
+from .providers import claude_code, codex
+
+log = logging.getLogger(__name__)
+
+PROVIDERS = {claude_code.NAME: claude_code, codex.NAME: codex}
+#: Header the ``hook`` command sets: when the agent ran the hook (Unix
+#: seconds), so a spooled or retried delivery keeps its time and identity.
+TIME_HEADER = "X-Coding-Agent-Hook-Time"
+SPOOL_DIR = "hook-spool"
+#: Deliveries waiting for the reader thread; more are refused (counted).
+INBOX_MAX = 10_000
+#: Spooled bodies kept at most; the hook command stops spooling past it.
+SPOOL_MAX_FILES = 10_000
+_MAX_ID_CHARS = 128
+
+
+class HookError(Exception):
+    """A delivery that cannot be used; ``reason`` is its
+    ``coding_agent_hook_errors_total`` label."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class HookDelivery:
+    """One received hook event.
+
+    ``provider``: ``claude_code``/``codex``; ``name``: ``hook_event_name``;
+    ``session_id``: the Claude transcript's ``sessionId`` or the Codex
+    ``session_meta`` id; ``transcript_path``: the transcript the agent writes
+    (read before the event is applied); ``event``: what it means for the
+    session's state, or None; ``ident``: identity (a digest of the body and
+    its time) so that one delivery made twice is applied once.
+    """
+
+    provider: str
+    name: str
+    session_id: str | None
+    transcript_path: str | None
+    cwd: str | None
+    event: Event | None
+    ident: str
+
+
+def _str(obj: dict, key: str, limit: int = 4096) -> str | None:
+    v = obj.get(key)
+    return v if isinstance(v, str) and 0 < len(v) <= limit and "\x00" not in v else None
+
+
+def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
+    """Read one hook body (the agent's JSON, bytes) received at
+    ``received_at`` (Unix seconds). Raises :class:`HookError` with reason
+    ``unknown_agent``, ``invalid_json``, ``not_object`` or ``no_session``."""
+    mod = PROVIDERS.get(provider)
+    if mod is None:
+        raise HookError("unknown_agent")
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise HookError("invalid_json") from None
+    if not isinstance(obj, dict):
+        raise HookError("not_object")
+    sid = _str(obj, "session_id", _MAX_ID_CHARS)
+    if sid is not None and not sid.isprintable():
+        sid = None
+    path = _str(obj, "transcript_path")
+    if sid is None and path is None:
+        raise HookError("no_session")
+    name = _str(obj, "hook_event_name", 64) or ""
+    try:
+        event = mod.project_hook(name, obj, received_at)
+    except Exception:  # a shape the provider code did not foresee: counted as not an object of ours
+        log.debug("hook body of unexpected shape", exc_info=True)
+        raise HookError("not_object") from None
+    digest = hashlib.blake2b(body + repr(received_at).encode(), digest_size=12).hexdigest()
+    return HookDelivery(provider, name, sid, path, _str(obj, "cwd"), event, f"hook:{digest}")
+
+
+class HookInbox:
+    """Hook deliveries from the HTTP threads to the reader thread.
+
+    :meth:`receive` parses and counts a body and queues it (bounded by
+    ``INBOX_MAX``); ``wake`` is called so the reader thread takes it at once.
+    """
+
+    def __init__(self, metrics, wake=None):
+        self.metrics = metrics
+        self._wake = wake or (lambda: None)
+        self._items: collections.deque[HookDelivery] = collections.deque()
+        self._lock = threading.Lock()
+
+    def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
+        """Take one body; returns None when queued, else the error reason
+        (counted on ``coding_agent_hook_errors_total``)."""
+        from .metrics import HOOK_EVENTS  # here: the hook command never loads prometheus-client
+
+        now = time.time()
+        if received_at is None or not (now - 86400 * 366 < received_at <= now + 5):
+            received_at = now
+        try:
+            d = parse(provider, body, received_at)
+        except HookError as e:
+            self.metrics.hook_errors.labels(e.reason).inc()
+            return e.reason
+        self.metrics.hook_events.labels(provider, d.name if d.name in HOOK_EVENTS else "other").inc()
+        with self._lock:
+            if len(self._items) >= INBOX_MAX:
+                self.metrics.hook_errors.labels("too_large").inc()
+                return "too_large"
+            self._items.append(d)
+        self._wake()
+        return None
+
+    def take(self) -> list[HookDelivery]:
+        """Every queued delivery, oldest first."""
+        with self._lock:
+            items = list(self._items)
+            self._items.clear()
+        return items
+
+    def take_spool(self, state_dir: Path, max_age: float) -> int:
+        """Queue what the ``hook`` command spooled while the exporter was
+        down (younger than ``max_age`` seconds; older ones are counted as
+        ``expired``), deleting each file taken. Returns how many were queued."""
+        folder = Path(state_dir) / SPOOL_DIR
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return 0
+        taken = 0
+        now = time.time()
+        for name in names:
+            path = folder / name
+            try:
+                stamp, provider, _rest = name.split("-", 2)
+                at = int(stamp) / 1e9
+            except ValueError:
+                continue  # not ours (or a temporary file being written)
+            try:
+                body = path.read_bytes()
+                path.unlink()
+            except OSError:
+                self.metrics.hook_errors.labels("unreadable_spool").inc()
+                continue
+            if max_age and now - at > max_age:
+                self.metrics.hook_errors.labels("expired").inc()
+                continue
+            if self.receive(provider, body, at) is None:
+                taken += 1
+        return taken
+
+
+# -- the ``hook`` command ------------------------------------------------------
+def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float = 2.0,
+         max_body_bytes: int = 4 << 20, at: float | None = None) -> str:
+    """Deliver one hook body to a running exporter at ``url`` (``http(s)://
+    [user:password@]host:port``) within ``timeout`` seconds; when it cannot be
+    reached (connection refused, timeout, 5xx), spool it under
+    ``state_dir/hook-spool``. Never raises: returns ``sent``, ``spooled``,
+    ``refused`` (the exporter answered 4xx) or ``dropped`` (could not spool).
+    """
+    at = time.time() if at is None else at
+    if len(body) > max_body_bytes:
+        return "dropped"
+    target, headers = _target(url, provider)
+    headers[TIME_HEADER] = repr(at)
+    headers["Content-Type"] = "application/json"
+    req = urllib.request.Request(target, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the user's own exporter
+            resp.read(1024)
+        return "sent"
+    except urllib.error.HTTPError as e:
+        if e.code < 500:
+            return "refused"
+    except (OSError, ValueError):
+        pass
+    return "spooled" if spool(state_dir, provider, body, at) else "dropped"
+
+
+def _target(url: str, provider: str) -> tuple[str, dict]:
+    from urllib.parse import unquote, urlsplit, urlunsplit
+    import base64
+
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    headers = {}
+    netloc = parts.netloc
+    if "@" in netloc:
+        cred, netloc = netloc.rsplit("@", 1)
+        user, _, password = cred.partition(":")
+        token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    path = parts.path.rstrip("/") + f"/hooks/{provider}"
+    return urlunsplit((parts.scheme, netloc, path, "", "")), headers
+
+
+def spool(state_dir: Path, provider: str, body: bytes, at: float) -> bool:
+    """Write one body to ``state_dir/hook-spool`` (atomically: a temporary
+    name, then a rename). False when it cannot (or the spool is full)."""
+    folder = Path(state_dir) / SPOOL_DIR
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if len(os.listdir(folder)) >= SPOOL_MAX_FILES:
+            return False
+        name = f"{int(at * 1e9):020d}-{provider}-{os.getpid()}-{os.urandom(4).hex()}.json"
+        tmp = folder / ("." + name)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+        os.replace(tmp, folder / name)
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,262 @@
+"""Hook events (issue 10): the JSON Claude Code and Codex hooks really send,
+over the routes the agents use — Claude Code's HTTP hook POSTs to
+``/hooks/claude_code``, a command hook pipes it to ``coding-agent-exporter
+hook`` — joined to the transcript's session, paged through Apprise to a
+loopback receiver. Payload shapes: tests/fixtures/hooks (from both agents'
+hook references)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from harness import ROOT, Exporter, Receiver, claude_path, codex_path, wait_for
+
+SID = "d0000010-0000-4000-8000-000000000001"
+CODEX_SID = "019f1000-0000-7000-8000-0000000000aa"
+T0 = time.time() - 30
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+def claude_line(kind: str, n: int, t: float, **extra) -> bytes:
+    base = {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": "/home/dev/shop",
+            "sessionId": SID, "version": "2.1.150", "uuid": f"d0000010-{n:04d}-4000-8000-000000000000",
+            "timestamp": _iso(t)}
+    if kind == "prompt":
+        base.update(type="user", message={"role": "user", "content": "rebuild it"})
+    elif kind == "tool_use":
+        base.update(type="assistant", message={"id": f"msg_{n}", "role": "assistant", "model": "claude-sonnet-4-5",
+                                               "content": [{"type": "tool_use", "id": f"toolu_{n}",
+                                                            "name": extra.get("name", "Bash"),
+                                                            "input": {"command": "make"}}],
+                                               "stop_reason": "tool_use"})
+    elif kind == "tool_result":
+        base.update(type="user", message={"role": "user", "content": [
+            {"tool_use_id": f"toolu_{extra['of']}", "type": "tool_result", "content": "ok"}]})
+    elif kind == "text":
+        base.update(type="assistant", message={"id": f"msg_{n}", "role": "assistant", "model": "claude-sonnet-4-5",
+                                               "content": [{"type": "text", "text": extra.get("text", "Done.")}],
+                                               "stop_reason": None})
+    elif kind == "turn_duration":
+        base.update(type="system", subtype="turn_duration", durationMs=9000, isMeta=False)
+    return json.dumps(base).encode() + b"\n"
+
+
+def post(exp: Exporter, provider: str, body, headers: dict | None = None) -> tuple[int, bytes]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/{provider}", data=data, method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def hook_cli(exp: Exporter | None, provider: str, body: dict, url: str | None = None,
+             config: Path | None = None) -> subprocess.CompletedProcess:
+    url = url or f"http://127.0.0.1:{exp.port}"
+    args = [sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", provider, "--url", url]
+    if config is not None or exp is not None:
+        args += ["--config.file", str(config or exp.config_path)]
+    return subprocess.run(args, input=json.dumps(body).encode(), capture_output=True, cwd=ROOT, timeout=30)
+
+
+def claude_hook(event: str, path: Path, **fields) -> dict:
+    return {"session_id": SID, "transcript_path": str(path), "cwd": "/home/dev/shop",
+            "permission_mode": "default", "hook_event_name": event, **fields}
+
+
+@pytest.fixture
+def exp(tmp_path):
+    receiver = Receiver()
+    e = Exporter(tmp_path, receiver=receiver).start()
+    e.receiver = receiver
+    yield e
+    e.stop()
+    receiver.close()
+
+
+def test_permission_prompt_waits_and_pages_then_stop_hook_completes(exp):
+    """HK1's kind: PermissionRequest → waiting (reason permission, tool Bash)
+    and one page naming it; the tool's result ends the wait; the Stop hook is
+    explicit completion at once (no 30 s inference); the transcript's later
+    turn_duration is the same completion: no second page."""
+    path = claude_path(exp.root, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    exp.wait_state(SID, "working")
+    status, _ = post(exp, "claude_code", claude_hook("PermissionRequest", path, tool_name="Bash",
+                                                     tool_input={"command": "rm -rf build && make"},
+                                                     permission_suggestions=[]))
+    assert status == 200
+    exp.wait_state(SID, "waiting")
+    wait_for(lambda: len(exp.receiver.messages) == 1, what="the waiting page")
+    page = exp.receiver.messages[0]
+    assert page["title"] == "Claude Code · shop: needs your approval (Bash)"
+    assert f"Session: {SID}" in page["message"] and "rm -rf" not in json.dumps(page)
+    assert exp.value("coding_agent_sessions", provider="claude_code", state="waiting") == 1
+    assert exp.value("coding_agent_hook_events_total", provider="claude_code", event="PermissionRequest") == 1
+    time.sleep(0.3)
+    with open(path, "ab") as f:
+        f.write(claude_line("tool_result", 3, time.time(), of=2))
+    post(exp, "claude_code", claude_hook("PostToolUse", path, tool_name="Bash", tool_input={"command": "make"},
+                                         tool_response={"stdout": "ok"}, tool_use_id="toolu_2"))
+    exp.wait_state(SID, "working")
+    assert exp.value("coding_agent_user_wait_seconds_count", provider="claude_code", reason="permission") == 1
+    with open(path, "ab") as f:
+        f.write(claude_line("text", 4, time.time(), text="Rebuilt."))
+    post(exp, "claude_code", claude_hook("Stop", path, stop_hook_active=False, last_assistant_message="Rebuilt."))
+    exp.wait_state(SID, "completed", timeout=5)  # inferred_settle is longer than this in the harness
+    wait_for(lambda: len(exp.receiver.messages) == 2, what="the completion page")
+    assert exp.receiver.messages[1]["title"] == "Claude Code · shop: your turn"
+    with open(path, "ab") as f:
+        f.write(claude_line("turn_duration", 5, time.time()))
+    time.sleep(2.5)
+    assert len(exp.receiver.messages) == 2
+    assert exp.value("coding_agent_completions_total", provider="claude_code") == 1
+
+
+def test_stop_hook_before_the_transcript_flush(exp):
+    """Claude's Stop can fire before the final answer is written: the answer
+    flushed afterwards does not reopen the turn or page again."""
+    path = claude_path(exp.root, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1.5)
+                     + claude_line("tool_result", 3, now - 1, of=2))
+    exp.wait_state(SID, "working")
+    answer_time = time.time()
+    post(exp, "claude_code", claude_hook("Stop", path, stop_hook_active=False, last_assistant_message="x"))
+    exp.wait_state(SID, "completed", timeout=5)
+    with open(path, "ab") as f:
+        f.write(claude_line("text", 4, answer_time, text="All done."))
+    wait_for(lambda: len(exp.receiver.messages) == 1, what="one page")
+    time.sleep(4)  # past the harness's inferred settle time
+    assert exp.state(SID) == "completed"
+    assert len(exp.receiver.messages) == 1
+
+
+def test_prompt_answered_within_settle_sends_nothing(exp):
+    """A permission prompt answered at the keyboard within the settle time
+    pages nothing; a wait raised by a subagent (agent_id) is the session's."""
+    path = claude_path(exp.root, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    exp.wait_state(SID, "working")
+    post(exp, "claude_code", claude_hook("PermissionRequest", path, tool_name="Bash", agent_id="a1b2c3",
+                                         agent_type="general-purpose", tool_input={"command": "ls"}))
+    exp.wait_state(SID, "waiting")
+    post(exp, "claude_code", claude_hook("PostToolUse", path, tool_name="Bash", agent_id="a1b2c3",
+                                         tool_input={"command": "ls"}, tool_response={"stdout": ""}))
+    exp.wait_state(SID, "working")
+    time.sleep(2.0)  # past the settle time (1 s in the harness)
+    assert exp.receiver.messages == []
+
+
+def test_notification_only_route_and_stop_failure(exp):
+    """Hosts without PermissionRequest: Notification permission_prompt is the
+    wait; idle_prompt adds nothing; StopFailure is an error of its kind."""
+    path = claude_path(exp.root, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    exp.wait_state(SID, "working")
+    post(exp, "claude_code", claude_hook("Notification", path, message="Claude needs your permission to use Bash",
+                                         notification_type="permission_prompt"))
+    exp.wait_state(SID, "waiting")
+    wait_for(lambda: len(exp.receiver.messages) == 1, what="the waiting page")
+    assert exp.receiver.messages[0]["title"] == "Claude Code · shop: needs your approval"
+    with open(path, "ab") as f:
+        f.write(claude_line("tool_result", 3, time.time(), of=2))
+    exp.wait_state(SID, "working")  # the transcript's next record ends the wait
+    post(exp, "claude_code", claude_hook("StopFailure", path, error="rate_limit",
+                                         error_details="429 Too Many Requests"))
+    exp.wait_state(SID, "error")
+    wait_for(lambda: len(exp.receiver.messages) == 2, what="the error page")
+    assert exp.receiver.messages[1]["title"] == "Claude Code · shop: stopped on rate limit"
+    post(exp, "claude_code", claude_hook("Notification", path, message="Claude is waiting for your input",
+                                         notification_type="idle_prompt"))
+    time.sleep(1.5)
+    assert exp.state(SID) == "error" and len(exp.receiver.messages) == 2
+
+
+def test_codex_hook_command_and_spool(tmp_path):
+    """The ``hook`` command (Codex runs command hooks only): delivered while
+    the exporter runs; spooled under state_dir while it is down and delivered
+    when it is back; exits 0 and prints nothing either way."""
+    receiver = Receiver()
+    exp = Exporter(tmp_path, receiver=receiver)
+    path = codex_path(tmp_path, CODEX_SID)
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    meta = {"timestamp": _iso(now - 3), "type": "session_meta",
+            "payload": {"id": CODEX_SID, "timestamp": _iso(now - 3), "cwd": "/home/dev/api", "originator": "codex_cli_rs",
+                        "cli_version": "0.150.0", "source": "cli"}}
+    started = {"timestamp": _iso(now - 2), "type": "event_msg",
+               "payload": {"type": "task_started", "turn_id": "t-1", "model_context_window": 200000}}
+    call = {"timestamp": _iso(now - 1), "type": "response_item",
+            "payload": {"type": "function_call", "name": "exec_command", "arguments": "{}", "call_id": "call_1"}}
+    path.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in (meta, started, call)))
+    body = {"session_id": CODEX_SID, "transcript_path": str(path), "cwd": "/home/dev/api",
+            "hook_event_name": "PermissionRequest", "model": "gpt-5.2", "permission_mode": "default",
+            "turn_id": "t-1", "tool_name": "Bash", "tool_input": {"command": "git push --force"}}
+    exp.config_path.parent.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    exp.config_path.write_text(yaml.safe_dump(exp.config))
+    t = time.monotonic()
+    out = hook_cli(None, "codex", body, url=f"http://127.0.0.1:{exp.port}", config=exp.config_path)
+    assert out.returncode == 0 and out.stdout == b""
+    assert time.monotonic() - t < 10
+    assert len(os.listdir(tmp_path / "state" / "hook-spool")) == 1
+    try:
+        exp.start()
+        exp.wait_state(CODEX_SID, "waiting", timeout=10)
+        wait_for(lambda: len(receiver.messages) == 1, what="the waiting page")
+        assert receiver.messages[0]["title"] == "Codex · api: needs your approval (Bash)"
+        assert os.listdir(tmp_path / "state" / "hook-spool") == []
+        out = hook_cli(exp, "codex", {**body, "hook_event_name": "PostToolUse", "tool_response": "done",
+                                      "tool_use_id": "call_1"})
+        assert out.returncode == 0 and out.stdout == b""
+        exp.wait_state(CODEX_SID, "working")
+        assert exp.value("coding_agent_hook_events_total", provider="codex", event="PostToolUse") == 1
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_bad_deliveries_are_counted_never_5xx(exp):
+    """Malformed, oversized, unknown-agent and wrong-method deliveries get a
+    4xx and a count; the exporter keeps serving."""
+    assert post(exp, "claude_code", b"{not json")[0] == 400
+    assert post(exp, "claude_code", b"[1,2]")[0] == 400
+    assert post(exp, "claude_code", {"hook_event_name": "Stop"})[0] == 400  # no session
+    assert post(exp, "gemini", {"session_id": "x"})[0] == 404
+    big = json.dumps({"session_id": SID, "hook_event_name": "PostToolUse", "x": "a" * (5 << 20)}).encode()
+    assert post(exp, "claude_code", big)[0] == 413
+    assert post(exp, "codex", {"session_id": CODEX_SID, "hook_event_name": "FutureEvent"})[0] == 200
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/hooks/codex", timeout=5)
+    assert e.value.code == 405
+    m = exp.value
+    assert m("coding_agent_hook_errors_total", reason="invalid_json") == 1
+    assert m("coding_agent_hook_errors_total", reason="not_object") == 1
+    assert m("coding_agent_hook_errors_total", reason="no_session") == 1
+    assert m("coding_agent_hook_errors_total", reason="unknown_agent") == 1
+    assert m("coding_agent_hook_errors_total", reason="too_large") == 1
+    assert m("coding_agent_hook_events_total", provider="codex", event="other") == 1
+    assert exp.ready()
