@@ -252,7 +252,7 @@ def test_secret_url_not_logged(tmp_path):
         exp.stop()
         receiver.close()
     assert SECRET not in exp.log()
-    assert "alerts: completed, error to 1 target(s)" in exp.log()
+    assert "alerts: completed, error, waiting to 1 target(s)" in exp.log()
 
 
 def test_resumed_session_replaying_history_does_not_page(tmp_path):

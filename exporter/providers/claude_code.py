@@ -264,8 +264,9 @@ class FileDecoder:
             ev.kind = Kind.WORK
             ev.detail = "tool_use"
             for block in content if isinstance(content, list) else ():
-                if isinstance(block, dict) and block.get("type") == "tool_use" and block.get("name") in _WAIT_TOOLS:
-                    ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[block["name"]], block["name"]
+                name = block.get("name") if isinstance(block, dict) and block.get("type") == "tool_use" else None
+                if isinstance(name, str) and name in _WAIT_TOOLS:
+                    ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[name], name
                     ev.detail = "tool_use"
             return
         if "text" not in kinds:
@@ -318,7 +319,8 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         ev.kind, ev.tool = Kind.WAIT, tool
         ev.reason = _WAIT_TOOLS.get(tool or "", "permission")
     elif name == "Notification":
-        reason = _NOTIFICATION_WAITS.get(obj.get("notification_type"))
+        ntype = obj.get("notification_type")
+        reason = _NOTIFICATION_WAITS.get(ntype) if isinstance(ntype, str) else None
         if reason is None:
             return None
         ev.kind, ev.reason = Kind.WAIT, reason

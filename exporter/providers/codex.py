@@ -216,7 +216,7 @@ class FileDecoder:
         elif itype in _TOOL_CALLS or (isinstance(itype, str) and itype.endswith("_output")):
             ev.kind, ev.detail = Kind.WORK, itype
             name = item.get("name")
-            if itype in _TOOL_CALLS and name in _WAIT_TOOLS:
+            if itype in _TOOL_CALLS and isinstance(name, str) and name in _WAIT_TOOLS:
                 ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[name], name
         elif itype == "reasoning":
             ev.kind, ev.detail = Kind.WORK, "reasoning"
