@@ -193,6 +193,9 @@ class Alerter:
         self.ledger_path = self.state_dir / LEDGER_FILE
         self.ledger: dict[str, dict] = {}
         self.pending: dict[str, Pending] = {}
+        #: Pages of this run that may still get their one reminder
+        #: (``alerts.remind_after_seconds``): key → (pending, sent at).
+        self._remind: dict[str, tuple[Pending, float]] = {}
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -302,7 +305,9 @@ class Alerter:
 
     def tick(self, now: float) -> None:
         """Hand due alerts whose session still shows that state to delivery;
-        drop superseded ones."""
+        drop superseded ones; queue due reminders."""
+        if self._remind:
+            self._reminders(now)
         for key, p in list(self.pending.items()):
             if p.due > now or p.remaining:
                 continue
@@ -318,6 +323,29 @@ class Alerter:
                 del self.pending[key]
                 continue
             self._work.put(p)
+
+    def _reminders(self, now: float) -> None:
+        """One reminder for a page whose session still shows the same state
+        and turn (or wait) ``alerts.remind_after_seconds`` after it was sent:
+        still waiting, or still your turn with no new prompt."""
+        with self._lock:
+            items = list(self._remind.items())
+        for key, (p, sent_at) in items:
+            cur = p.session.status
+            if cur.state != p.state or unit_of(cur) != p.turn:
+                with self._lock:
+                    self._remind.pop(key, None)
+                continue
+            if now - sent_at < self.a.remind_after_seconds:
+                continue
+            with self._lock:
+                self._remind.pop(key, None)
+            r = Pending("remind:" + key, p.kind, p.session, p.turn, p.state, "Reminder: " + p.title, p.body,
+                        first_seen=now, due=now, since=cur.since)
+            r.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
+            if r.remaining:
+                self.pending[r.key] = r
+                self._work.put(r)
 
     def _stood(self, p: Pending, cur) -> bool:
         """A completion or error superseded before it settled on our clock
@@ -388,6 +416,10 @@ class Alerter:
                 self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "sent", "at": now}
             self._save()
             log.info("sent %s alert (%s) for a %s session", p.kind, tag, p.session.provider)
+            if self.a.remind_after_seconds and p.kind in ("completed", "waiting") \
+                    and not p.key.startswith("remind:"):
+                with self._lock:
+                    self._remind[p.key] = (p, now)
 
     # -- message -----------------------------------------------------------
     def _message(self, s: Session, st) -> tuple[str, str]:

@@ -367,6 +367,16 @@ def _codex_with_secret(s: CodexSession) -> tuple[bytes, bytes]:
                                          codex_error_info="usage_limit_exceeded")
 
 
+def _post_hook(port: int, provider: str, body) -> int:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/{provider}", data=data, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
 @pytest.mark.parametrize("level", ["info", "debug"])
 def test_planted_secret_never_leaves(tmp_path, level):
     receiver = Receiver()
@@ -382,12 +392,38 @@ def test_planted_secret_never_leaves(tmp_path, level):
         exp.wait_state(cx.sid, "completed")
         wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 1 and len(alerts_for(receiver, cx.sid)) == 1,
                  what="completed pages for both")
+        # Hook bodies carry prompts, tool input and output, the last answer.
+        for prov, sid, path in (("claude_code", cc.sid, claude_path(tmp_path, cc.sid)),
+                                ("codex", cx.sid, codex_path(tmp_path, cx.sid))):
+            common = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                      "permission_mode": "default", "turn_id": "t-secret"}
+            for body in ({"hook_event_name": "UserPromptSubmit", "prompt": f"key {SECRET}"},
+                         {"hook_event_name": "PermissionRequest", "tool_name": "Bash",
+                          "tool_input": {"command": f"curl -H 'x-api-key: {SECRET}'"}}):
+                _post_hook(exp.port, prov, {**common, **body})
+            exp.wait_state(sid, "waiting")
+        wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 2 and len(alerts_for(receiver, cx.sid)) == 2,
+                 what="waiting pages for both")
+        for prov, sid, path in (("claude_code", cc.sid, claude_path(tmp_path, cc.sid)),
+                                ("codex", cx.sid, codex_path(tmp_path, cx.sid))):
+            common = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj", "turn_id": "t-secret"}
+            _post_hook(exp.port, prov, {**common, "hook_event_name": "PostToolUse", "tool_name": "Bash",
+                                        "tool_input": {"command": SECRET}, "tool_response": {"stdout": SECRET}})
+            _post_hook(exp.port, prov, {**common, "hook_event_name": "Stop", "stop_hook_active": False,
+                                        "last_assistant_message": f"the key {SECRET} works"})
+            _post_hook(exp.port, prov, {**common, "hook_event_name": SECRET, "x": SECRET})
+            _post_hook(exp.port, prov, b'{"session_id": "' + SECRET.encode() + b'", broken')
+            exp.wait_state(sid, "completed")
+        wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 3 and len(alerts_for(receiver, cx.sid)) == 3,
+                 what="completion pages from the Stop hooks")
+        time.sleep(0.05)  # the error turn's records come after the hooks (in record time too)
+        (_, c2), (_, x2) = _claude_with_secret(cc), _codex_with_secret(cx)
         write(claude_path(tmp_path, cc.sid), c2)
         write(codex_path(tmp_path, cx.sid), x2)
         exp.wait_state(cc.sid, "error")
         exp.wait_state(cx.sid, "error")
-        wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 2 and len(alerts_for(receiver, cx.sid)) == 2,
-                 what="completed and error pages for both")
+        wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 4 and len(alerts_for(receiver, cx.sid)) == 4,
+                 what="completed, waiting and error pages for both")
         scrape = exp.scrape_text()
         openmetrics = urllib.request.urlopen(urllib.request.Request(
             f"http://127.0.0.1:{exp.port}/metrics", headers={"Accept": "application/openmetrics-text"}),
@@ -401,5 +437,6 @@ def test_planted_secret_never_leaves(tmp_path, level):
     bodies = json.dumps(receiver.messages)
     assert SECRET not in bodies
     for f in (tmp_path / "state").iterdir():
-        assert SECRET.encode() not in f.read_bytes(), f.name
+        if f.is_file():
+            assert SECRET.encode() not in f.read_bytes(), f.name
     assert "hunter2" not in scrape + exp.log() + bodies

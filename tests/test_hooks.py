@@ -260,3 +260,34 @@ def test_bad_deliveries_are_counted_never_5xx(exp):
     assert m("coding_agent_hook_errors_total", reason="too_large") == 1
     assert m("coding_agent_hook_events_total", provider="codex", event="other") == 1
     assert exp.ready()
+
+
+def test_transcript_question_pages_once_then_one_reminder(tmp_path):
+    """No hooks: an AskUserQuestion call with no result yet is ``waiting``
+    (reason question) and pages once; with ``alerts.remind_after_seconds``
+    one reminder follows while it is still unanswered, never a second; the
+    answer ends the wait."""
+    receiver = Receiver()
+    exp = Exporter(tmp_path, receiver=receiver, config={"alerts": {"remind_after_seconds": 1.5}}).start()
+    try:
+        path = claude_path(exp.root, SID, "-home-dev-shop")
+        path.parent.mkdir(parents=True)
+        now = time.time()
+        path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1,
+                                                                          name="AskUserQuestion"))
+        exp.wait_state(SID, "waiting")
+        wait_for(lambda: len(receiver.messages) == 1, what="the question page")
+        assert receiver.messages[0]["title"] == "Claude Code · shop: asks you a question"
+        wait_for(lambda: len(receiver.messages) == 2, what="the reminder")
+        assert receiver.messages[1]["title"] == "Reminder: Claude Code · shop: asks you a question"
+        time.sleep(2.5)
+        assert len(receiver.messages) == 2
+        rows = exp.value("coding_agent_session_state", session_id=SID, state="waiting")
+        assert rows == 1
+        with open(path, "ab") as f:
+            f.write(claude_line("tool_result", 3, time.time(), of=2))
+        exp.wait_state(SID, "working")
+        assert exp.value("coding_agent_user_wait_seconds_count", provider="claude_code", reason="question") == 1
+    finally:
+        exp.stop()
+        receiver.close()
