@@ -66,8 +66,11 @@ def default_file(agent: str) -> Path:
     return Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "hooks.json"
 
 
-def hook_command(agent: str, url: str) -> str:
+def hook_command(agent: str, url: str, config_file: str | None = None) -> str:
     """Shell command line that runs ``coding-agent-exporter hook`` for ``agent``.
+
+    ``config_file`` is passed on as ``--config.file`` (absolute), so the command spools under the
+    same ``state_dir`` as the exporter.
 
     Uses the absolute path of the script running now, else of the one on PATH (the agent's hook
     shell may not share this shell's PATH), else this interpreter with ``-m coding_agent_exporter``.
@@ -76,16 +79,17 @@ def hook_command(agent: str, url: str) -> str:
     exe = str(me.absolute()) if me.name == "coding-agent-exporter" and me.is_file() \
         else shutil.which("coding-agent-exporter")
     argv = [exe] if exe else [sys.executable, "-m", "coding_agent_exporter"]
-    return shlex.join([*argv, "hook", "--agent", agent, "--url", url])
+    extra = ["--config.file", str(Path(config_file).expanduser().absolute())] if config_file else []
+    return shlex.join([*argv, "hook", "--agent", agent, "--url", url, *extra])
 
 
-def _handler(agent: str, url: str, command: bool) -> dict:
+def _handler(agent: str, url: str, command: bool, config_file: str | None) -> dict:
     if agent == "claude_code" and not command:
         return {"type": "http", "url": f"{url.rstrip('/')}/hooks/{agent}", "timeout": HTTP_TIMEOUT_S}
-    return {"type": "command", "command": hook_command(agent, url), "timeout": COMMAND_TIMEOUT_S}
+    return {"type": "command", "command": hook_command(agent, url, config_file), "timeout": COMMAND_TIMEOUT_S}
 
 
-def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False) -> dict:
+def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, config_file: str | None = None) -> dict:
     """The ``{"hooks": {...}}`` object to merge into the agent's file.
 
     ``command`` only matters for Claude Code (Codex runs command hooks only).
@@ -94,7 +98,7 @@ def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False) -> di
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r} (one of: {', '.join(AGENTS)})")
     events = CLAUDE_EVENTS if agent == "claude_code" else CODEX_EVENTS
-    handler = _handler(agent, url, command)
+    handler = _handler(agent, url, command, config_file)
     out = {}
     for event, matcher in events.items():
         group = {"matcher": matcher} if matcher else {}
@@ -146,14 +150,15 @@ def _dump(obj: dict) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
 
-def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = False) -> str:
+def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = False,
+            config_file: str | None = None) -> str:
     """Merge the hooks into ``path``; return a one-line report for the user.
 
     Writes atomically (temporary file, then rename, keeping the file's mode) after copying the
     old file to ``<path>.bak-<YYYYmmddTHHMMSSZ>``. Leaves ``path`` untouched when nothing changes
     or on error. Raises HookFileError (bad content) or OSError (cannot read or write).
     """
-    block = hooks_block(agent, url, command)
+    block = hooks_block(agent, url, command, config_file)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -204,6 +209,8 @@ def add_parser(sub) -> None:
         p.add_argument("--command", dest="use_command", action="store_true",
                        help="Claude Code: command hooks running `coding-agent-exporter hook` instead of HTTP hooks "
                             "(Codex always uses command hooks)")
+        p.add_argument("--config.file", dest="config_file", metavar="FILE",
+                       help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
         if verb == "install":
             p.add_argument("--file", type=Path, metavar="PATH",
                            help="settings file (default: ~/.claude/settings.json or ~/.codex/hooks.json)")
@@ -212,11 +219,11 @@ def add_parser(sub) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run ``hooks print|install``; exit status 0, or 2 with a message on stderr."""
     if args.hooks_command == "print":
-        sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command)))
+        sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file)))
         return 0
     path = args.file or default_file(args.agent)
     try:
-        print(install(args.agent, path, args.url, args.use_command))
+        print(install(args.agent, path, args.url, args.use_command, args.config_file))
     except HookFileError as e:
         print(f"coding-agent-exporter: {path}: {e}; left unchanged", file=sys.stderr)
         return 2

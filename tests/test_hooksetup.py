@@ -60,6 +60,15 @@ def test_print_codex_is_command_hooks_only_with_no_extra_root_keys():
         assert h["command"].endswith(" hook --agent codex --url http://127.0.0.1:9877")
 
 
+def test_print_passes_the_config_file_on_to_the_hook_command(tmp_path: Path):
+    cfg = tmp_path / "exporter config.yml"
+    r = cli("print", "--agent", "codex", "--config.file", str(cfg))
+    assert r.returncode == 0, r.stderr
+    for event in CODEX_EVENTS:
+        (h,) = handlers(json.loads(r.stdout), event)
+        assert h["command"].endswith(f" hook --agent codex --url http://127.0.0.1:9877 --config.file '{cfg}'")
+
+
 USER_SETTINGS = {
     "model": "opus",
     "permissions": {"allow": ["Bash(npm test)"]},
