@@ -1,4 +1,4 @@
-"""Command line: ``run`` (default), ``scan``, ``check-config``, ``test-alert``.
+"""Command line: ``run`` (default), ``scan``, ``check-config``, ``test-alert``, ``hooks``.
 
 Flags follow Prometheus exporters (exporter-toolkit names).
 """
@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     test = sub.add_parser("test-alert", allow_abbrev=False, help="send a test notification through the configured URLs")
     _common(test)
+
+    from .hooksetup import add_parser as add_hooks_parser
+
+    add_hooks_parser(sub)
     return parser
 
 
@@ -82,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["run", *argv]
     args = build_parser().parse_args(argv)
+    if args.command == "hooks":  # needs neither the config file nor logging
+        from .hooksetup import main as hooks_main
+
+        return hooks_main(args)
     _setup_logging(args.log_level)
     if args.command == "hook":
         return _hook(args)

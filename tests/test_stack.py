@@ -70,8 +70,12 @@ EXPORTER_METRICS = {
     "coding_agent_turn_duration_seconds",
     "coding_agent_alert_latency_seconds",
     "coding_agent_exporter_build_info",
+    "coding_agent_hook_events_total",
+    "coding_agent_hook_errors_total",
+    "coding_agent_user_wait_seconds",
 }
-HISTOGRAMS = {"coding_agent_turn_duration_seconds", "coding_agent_alert_latency_seconds"}
+HISTOGRAMS = {"coding_agent_turn_duration_seconds", "coding_agent_alert_latency_seconds",
+              "coding_agent_user_wait_seconds"}
 
 
 def _in_ci() -> bool:
@@ -424,7 +428,7 @@ def test_dashboard_structure():
                  "Completions per hour by agent", "Turn errors per hour by agent",
                  "Turn duration (prompt to completion)", "Pages per hour", "Skipped lines",
                  "Duplicate events", "Poll recoveries", "Files watched", "Transcript lines read",
-                 "Transcript bytes read"):
+                 "Transcript bytes read", "Sessions waiting for you now", "How long agents wait for you"):
         assert want in titles
 
 
@@ -432,7 +436,8 @@ def test_rules_use_known_metrics():
     rules = [r for g in _load_yaml(RULES)["groups"] for r in g["rules"]]
     names = {r["alert"] for r in rules}
     assert {"CodingAgentExporterDown", "CodingAgentTranscriptParseErrors", "CodingAgentAlertsFailing",
-            "CodingAgentSessionStuckWorking", "CodingAgentSessionStalled", "CodingAgentRateLimited"} <= names
+            "CodingAgentSessionStuckWorking", "CodingAgentSessionStalled", "CodingAgentRateLimited",
+            "CodingAgentWaitingTooLong"} <= names
     for r in rules:
         assert {_base_metric(n) for n in _metric_names(r["expr"])} <= EXPORTER_METRICS
         assert r["labels"]["severity"] in ("info", "warning", "critical")

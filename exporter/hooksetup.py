@@ -1,0 +1,235 @@
+"""``hooks print`` and ``hooks install``: the agents' hook settings that feed the exporter.
+
+What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
+
+- Claude Code (``~/.claude/settings.json``, key ``hooks``; Hooks reference,
+  https://code.claude.com/docs/en/hooks): ``PermissionRequest``, ``Notification`` (matcher
+  ``permission_prompt|elicitation_dialog`` only: ``idle_prompt`` adds nothing), ``PostToolUse``,
+  ``PostToolUseFailure``, ``PermissionDenied``, ``UserPromptSubmit``, ``Stop``, ``StopFailure``,
+  ``SessionEnd``. By default as ``"type": "http"`` hooks that POST the hook JSON to
+  ``<url>/hooks/claude_code``; with ``--command`` as command hooks running
+  ``coding-agent-exporter hook --agent claude_code --url <url>``.
+- Codex (``~/.codex/hooks.json``; https://developers.openai.com/codex/hooks): command hooks only,
+  for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``. The file's root may
+  hold only ``description`` and ``hooks`` (Codex refuses other keys), so nothing else is added.
+
+Both files share one shape: ``{"hooks": {Event: [{"matcher"?: str, "hooks": [handler, …]}]}}``.
+``install`` merges into it: the user's events, groups and handlers stay where they are; a handler
+of ours (same type, pointing at this exporter's hook route or ``hook`` command) is updated in
+place; otherwise one group is appended to the event. A changed file is first copied to
+``<file>.bak-<UTC time>``; a file that would not change is left alone, so running it twice is
+harmless. A file that is not JSON, or whose ``hooks`` is not of that shape, is refused untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_URL = "http://127.0.0.1:9877"
+AGENTS = ("claude_code", "codex")
+# A hook runs inside the agent's loop (PermissionRequest even delays the prompt): the exporter
+# answers at once, so a short timeout only matters when it hangs.
+HTTP_TIMEOUT_S = 5
+COMMAND_TIMEOUT_S = 10
+
+CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
+    "PermissionRequest": None,
+    "Notification": "permission_prompt|elicitation_dialog",
+    "PostToolUse": None,
+    "PostToolUseFailure": None,
+    "PermissionDenied": None,
+    "UserPromptSubmit": None,
+    "Stop": None,
+    "StopFailure": None,
+    "SessionEnd": None,
+}
+CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None}
+
+
+class HookFileError(Exception):
+    """The settings file cannot be merged into (not JSON, or ``hooks`` of another shape)."""
+
+
+def default_file(agent: str) -> Path:
+    """The user-level file the agent reads hooks from (honours ``CLAUDE_CONFIG_DIR``/``CODEX_HOME``)."""
+    if agent == "claude_code":
+        return Path(os.environ.get("CLAUDE_CONFIG_DIR") or "~/.claude").expanduser() / "settings.json"
+    return Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "hooks.json"
+
+
+def hook_command(agent: str, url: str, config_file: str | None = None) -> str:
+    """Shell command line that runs ``coding-agent-exporter hook`` for ``agent``.
+
+    ``config_file`` is passed on as ``--config.file`` (absolute), so the command spools under the
+    same ``state_dir`` as the exporter.
+
+    Uses the absolute path of the script running now, else of the one on PATH (the agent's hook
+    shell may not share this shell's PATH), else this interpreter with ``-m coding_agent_exporter``.
+    """
+    me = Path(sys.argv[0])
+    exe = str(me.absolute()) if me.name == "coding-agent-exporter" and me.is_file() \
+        else shutil.which("coding-agent-exporter")
+    argv = [exe] if exe else [sys.executable, "-m", "coding_agent_exporter"]
+    extra = ["--config.file", str(Path(config_file).expanduser().absolute())] if config_file else []
+    return shlex.join([*argv, "hook", "--agent", agent, "--url", url, *extra])
+
+
+def _handler(agent: str, url: str, command: bool, config_file: str | None) -> dict:
+    if agent == "claude_code" and not command:
+        return {"type": "http", "url": f"{url.rstrip('/')}/hooks/{agent}", "timeout": HTTP_TIMEOUT_S}
+    return {"type": "command", "command": hook_command(agent, url, config_file), "timeout": COMMAND_TIMEOUT_S}
+
+
+def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, config_file: str | None = None) -> dict:
+    """The ``{"hooks": {...}}`` object to merge into the agent's file.
+
+    ``command`` only matters for Claude Code (Codex runs command hooks only).
+    Raises ValueError for an unknown agent.
+    """
+    if agent not in AGENTS:
+        raise ValueError(f"unknown agent {agent!r} (one of: {', '.join(AGENTS)})")
+    events = CLAUDE_EVENTS if agent == "claude_code" else CODEX_EVENTS
+    handler = _handler(agent, url, command, config_file)
+    out = {}
+    for event, matcher in events.items():
+        group = {"matcher": matcher} if matcher else {}
+        group["hooks"] = [dict(handler)]
+        out[event] = [group]
+    return {"hooks": out}
+
+
+def _is_ours(handler: object, agent: str) -> bool:
+    """A handler this module wrote: it POSTs to ``/hooks/<agent>`` or runs ``… hook --agent <agent>``."""
+    if not isinstance(handler, dict):
+        return False
+    if handler.get("type") == "http":
+        return str(handler.get("url", "")).rstrip("/").endswith(f"/hooks/{agent}")
+    if handler.get("type") == "command":
+        cmd = str(handler.get("command", ""))
+        return ("coding-agent-exporter" in cmd or "coding_agent_exporter" in cmd) and f" hook --agent {agent}" in cmd
+    return False
+
+
+def merge(settings: dict, block: dict, agent: str) -> dict:
+    """Return ``settings`` with ``block``'s hooks merged in; ``settings`` itself is not changed.
+
+    Keeps every existing event, group and handler in its order. Raises HookFileError when
+    ``settings`` or its ``hooks`` value is not of the documented shape.
+    """
+    if not isinstance(settings, dict):
+        raise HookFileError("the top level is not a JSON object")
+    out = copy.deepcopy(settings)
+    hooks = out.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise HookFileError('"hooks" is not a JSON object')
+    for event, groups_new in block["hooks"].items():
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list) or not all(isinstance(g, dict) and isinstance(g.get("hooks", []), list)
+                                                    for g in groups):
+            raise HookFileError(f'"hooks.{event}" is not a list of {{"matcher", "hooks": [...]}} groups')
+        ours = groups_new[0]["hooks"][0]
+        found = [(g, i) for g in groups for i, h in enumerate(g.get("hooks", [])) if _is_ours(h, agent)]
+        if found:
+            for g, i in found:
+                g["hooks"][i] = dict(ours)
+        else:
+            groups.append(copy.deepcopy(groups_new[0]))
+    return out
+
+
+def _dump(obj: dict) -> str:
+    return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+
+
+def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = False,
+            config_file: str | None = None) -> str:
+    """Merge the hooks into ``path``; return a one-line report for the user.
+
+    Writes atomically (temporary file, then rename, keeping the file's mode) after copying the
+    old file to ``<path>.bak-<YYYYmmddTHHMMSSZ>``. Leaves ``path`` untouched when nothing changes
+    or on error. Raises HookFileError (bad content) or OSError (cannot read or write).
+    """
+    block = hooks_block(agent, url, command, config_file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = None
+    if text is None or not text.strip():
+        settings = {}
+    else:
+        try:
+            settings = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise HookFileError(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    merged = merge(settings, block, agent)
+    if text is not None and merged == settings:
+        return f"{path}: hooks already installed, nothing changed"
+    backup = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if text is not None:
+        stamp = f"{path.name}.bak-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        backup, n = path.with_name(stamp), 0
+        while backup.exists():
+            n += 1
+            backup = path.with_name(f"{stamp}.{n}")
+        shutil.copy2(path, backup)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_dump(merged))
+        if text is not None:
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    added = ", ".join(block["hooks"])
+    return f"{path}: installed hooks for {added}" + (f" (backup: {backup})" if backup else "")
+
+
+def add_parser(sub) -> None:
+    """Add the ``hooks`` subcommand (``print`` and ``install``) to the CLI's subparsers."""
+    hooks = sub.add_parser("hooks", allow_abbrev=False, help="print or install the agents' hook settings")
+    verbs = hooks.add_subparsers(dest="hooks_command", required=True)
+    for verb, help_ in (("print", "print the hooks block to add to the agent's settings"),
+                        ("install", "merge the hooks into the agent's settings file (keeps a backup)")):
+        p = verbs.add_parser(verb, allow_abbrev=False, help=help_)
+        p.add_argument("--agent", required=True, choices=AGENTS)
+        p.add_argument("--url", default=DEFAULT_URL,
+                       help=f"the exporter's base URL, as the agent reaches it (default: {DEFAULT_URL})")
+        p.add_argument("--command", dest="use_command", action="store_true",
+                       help="Claude Code: command hooks running `coding-agent-exporter hook` instead of HTTP hooks "
+                            "(Codex always uses command hooks)")
+        p.add_argument("--config.file", dest="config_file", metavar="FILE",
+                       help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
+        if verb == "install":
+            p.add_argument("--file", type=Path, metavar="PATH",
+                           help="settings file (default: ~/.claude/settings.json or ~/.codex/hooks.json)")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``hooks print|install``; exit status 0, or 2 with a message on stderr."""
+    if args.hooks_command == "print":
+        sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file)))
+        return 0
+    path = args.file or default_file(args.agent)
+    try:
+        print(install(args.agent, path, args.url, args.use_command, args.config_file))
+    except HookFileError as e:
+        print(f"coding-agent-exporter: {path}: {e}; left unchanged", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"coding-agent-exporter: {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    restart = "Claude Code" if args.agent == "claude_code" else "Codex (then review the hooks with /hooks)"
+    print(f"Restart {restart} to load them.")
+    return 0

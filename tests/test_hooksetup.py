@@ -1,0 +1,155 @@
+"""``coding-agent-exporter hooks print|install``, run as a user runs it (a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CLAUDE_EVENTS = ["PermissionRequest", "Notification", "PostToolUse", "PostToolUseFailure", "PermissionDenied",
+                 "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd"]
+CODEX_EVENTS = ["PermissionRequest", "PostToolUse", "UserPromptSubmit", "Stop"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def handlers(block: dict, event: str) -> list[dict]:
+    return [h for g in block["hooks"][event] for h in g["hooks"]]
+
+
+def test_print_claude_http_hooks_cover_every_event_the_exporter_uses():
+    r = cli("print", "--agent", "claude_code", "--url", "http://127.0.0.1:9911/")
+    assert r.returncode == 0, r.stderr
+    block = json.loads(r.stdout)
+    assert list(block) == ["hooks"]
+    assert list(block["hooks"]) == CLAUDE_EVENTS
+    for event in CLAUDE_EVENTS:
+        (h,) = handlers(block, event)
+        assert h["type"] == "http"
+        assert h["url"] == "http://127.0.0.1:9911/hooks/claude_code"
+        assert 0 < h["timeout"] <= 10
+    (note,) = block["hooks"]["Notification"]
+    assert set(note["matcher"].split("|")) == {"permission_prompt", "elicitation_dialog"}  # not idle_prompt
+    assert all("matcher" not in g for e in CLAUDE_EVENTS if e != "Notification" for g in block["hooks"][e])
+
+
+def test_print_claude_command_variant_runs_the_hook_command():
+    r = cli("print", "--agent", "claude_code", "--command", "--url", "http://127.0.0.1:9911")
+    assert r.returncode == 0, r.stderr
+    block = json.loads(r.stdout)
+    assert list(block["hooks"]) == CLAUDE_EVENTS
+    for event in CLAUDE_EVENTS:
+        (h,) = handlers(block, event)
+        assert h["type"] == "command"
+        assert h["command"].endswith(" hook --agent claude_code --url http://127.0.0.1:9911")
+
+
+def test_print_codex_is_command_hooks_only_with_no_extra_root_keys():
+    r = cli("print", "--agent", "codex")
+    assert r.returncode == 0, r.stderr
+    block = json.loads(r.stdout)
+    assert list(block) == ["hooks"]  # Codex refuses a hooks.json with other root keys
+    assert list(block["hooks"]) == CODEX_EVENTS
+    for event in CODEX_EVENTS:
+        (h,) = handlers(block, event)
+        assert h["type"] == "command"
+        assert h["command"].endswith(" hook --agent codex --url http://127.0.0.1:9877")
+
+
+def test_print_passes_the_config_file_on_to_the_hook_command(tmp_path: Path):
+    cfg = tmp_path / "exporter config.yml"
+    r = cli("print", "--agent", "codex", "--config.file", str(cfg))
+    assert r.returncode == 0, r.stderr
+    for event in CODEX_EVENTS:
+        (h,) = handlers(json.loads(r.stdout), event)
+        assert h["command"].endswith(f" hook --agent codex --url http://127.0.0.1:9877 --config.file '{cfg}'")
+
+
+USER_SETTINGS = {
+    "model": "opus",
+    "permissions": {"allow": ["Bash(npm test)"]},
+    "hooks": {
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}],
+        "Notification": [{"matcher": "idle_prompt", "hooks": [{"type": "command", "command": "beep"}]}],
+    },
+}
+
+
+def test_install_keeps_user_hooks_in_order_makes_a_backup_and_is_idempotent(tmp_path: Path):
+    f = tmp_path / "settings.json"
+    original = json.dumps(USER_SETTINGS, indent=4)
+    f.write_text(original)
+
+    r = cli("install", "--agent", "claude_code", "--file", str(f))
+    assert r.returncode == 0, r.stderr
+    backups = list(tmp_path.glob("settings.json.bak-*"))
+    assert len(backups) == 1 and backups[0].read_text() == original
+    assert str(backups[0]) in r.stdout
+
+    after = json.loads(f.read_text())
+    assert after["model"] == "opus" and after["permissions"] == USER_SETTINGS["permissions"]
+    # the user's events stay first, in their order; ours follow
+    assert list(after["hooks"])[:3] == ["Stop", "PreToolUse", "Notification"]
+    assert set(after["hooks"]) == set(CLAUDE_EVENTS) | {"PreToolUse"}
+    for event, groups in USER_SETTINGS["hooks"].items():
+        assert after["hooks"][event][:len(groups)] == groups  # user's groups untouched, first
+    assert after["hooks"]["PreToolUse"] == USER_SETTINGS["hooks"]["PreToolUse"]  # not ours: unchanged
+    ours = [h for e in CLAUDE_EVENTS for h in handlers(after, e) if h.get("type") == "http"]
+    assert len(ours) == len(CLAUDE_EVENTS)
+
+    installed = f.read_bytes()
+    r2 = cli("install", "--agent", "claude_code", "--file", str(f))
+    assert r2.returncode == 0, r2.stderr
+    assert "nothing changed" in r2.stdout
+    assert f.read_bytes() == installed
+    assert len(list(tmp_path.glob("settings.json.bak-*"))) == 1
+
+
+def test_install_with_a_new_url_updates_its_own_handlers_in_place(tmp_path: Path):
+    f = tmp_path / "settings.json"
+    f.write_text(json.dumps(USER_SETTINGS))
+    assert cli("install", "--agent", "claude_code", "--file", str(f)).returncode == 0
+    first = json.loads(f.read_text())
+    r = cli("install", "--agent", "claude_code", "--file", str(f), "--url", "http://10.0.0.5:9877")
+    assert r.returncode == 0, r.stderr
+    second = json.loads(f.read_text())
+    assert list(second["hooks"]) == list(first["hooks"])
+    for event in CLAUDE_EVENTS:
+        urls = [h["url"] for h in handlers(second, event) if h.get("type") == "http"]
+        assert urls == ["http://10.0.0.5:9877/hooks/claude_code"]
+        assert len(handlers(second, event)) == len(handlers(first, event))
+
+
+def test_install_codex_creates_a_missing_file_without_backup(tmp_path: Path):
+    f = tmp_path / "codex" / "hooks.json"
+    r = cli("install", "--agent", "codex", "--file", str(f))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(f.read_text()) == json.loads(cli("print", "--agent", "codex").stdout)
+    assert list(f.parent.glob("*.bak-*")) == []
+
+
+def test_install_refuses_a_file_that_is_not_json_and_leaves_it_untouched(tmp_path: Path):
+    f = tmp_path / "settings.json"
+    bad = '{"hooks": {"Stop": [}\n'
+    f.write_text(bad)
+    r = cli("install", "--agent", "claude_code", "--file", str(f))
+    assert r.returncode == 2
+    assert "not valid JSON" in r.stderr and "left unchanged" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert f.read_text() == bad
+    assert list(tmp_path.iterdir()) == [f]
+
+
+def test_install_refuses_hooks_of_another_shape(tmp_path: Path):
+    f = tmp_path / "hooks.json"
+    odd = json.dumps({"hooks": {"Stop": {"hooks": []}}})  # an object where Codex wants a list
+    f.write_text(odd)
+    r = cli("install", "--agent", "codex", "--file", str(f))
+    assert r.returncode == 2
+    assert "hooks.Stop" in r.stderr and "Traceback" not in r.stderr
+    assert f.read_text() == odd
