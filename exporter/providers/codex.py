@@ -260,6 +260,12 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         ev.kind = Kind.START
     elif name == "Stop":
         ev.kind, ev.final = Kind.COMPLETE, True
+    elif name == "StopFailure":  # in Codex's generated hook schemas, not yet in its docs
+        err = obj.get("error")
+        err = err if isinstance(err, str) else ""
+        ev.kind, ev.detail = Kind.ERROR, name
+        ev.error_kind = {"rate_limit": "rate_limit", "overloaded": "overloaded", "authentication_failed": "auth",
+                         "billing_error": "billing"}.get(err, "api_error")
     elif name == "SessionEnd":
         ev.kind = Kind.END
     else:
