@@ -284,7 +284,7 @@ def test_compose_exporter_matches_flags_config_and_image(compose):
                 assert (REPO / src).exists(), f"Dockerfile copies {src}, missing from the repository"
     assert any(cfg["state_dir"] in r for r in d.get("VOLUME", []))
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'^coding-agent-exporter\s*=\s*"exporter\.cli:main"', pyproject, re.M)
+    assert re.search(r'^coding-agent-exporter\s*=\s*"coding_agent_exporter\.cli:main"', pyproject, re.M)
 
     # The exporter accepts the docker config (keys and types).
     r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(DOCKER_CONFIG)],
@@ -725,6 +725,19 @@ def stack(tmp_path_factory):
                      _shift_to_now("synthesized_v0.123_complete_interrupted_error.jsonl",
                                    "019f0000-0000-7000-8000-000000000002"),
                      "019f0000-0000-7000-8000-000000000002")
+        # Hooks, as Claude Code's HTTP hooks send them: one session stays
+        # waiting on a permission prompt, one is answered (a user wait).
+        for sid, events in (("hk000001-0000-4000-8000-000000000001", ["PermissionRequest"]),
+                            ("hk000002-0000-4000-8000-000000000002", ["PermissionRequest", "PostToolUse"])):
+            for event in events:
+                body = {"session_id": sid, "transcript_path": str(claude / "-home-dev-hooks" / f"{sid}.jsonl"),
+                        "cwd": "/home/dev/hooks", "permission_mode": "default", "hook_event_name": event,
+                        "tool_name": "Bash", "tool_input": {"command": "make"}}
+                req = urllib.request.Request(f"http://127.0.0.1:{eport}/hooks/claude_code", method="POST",
+                                             data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+                urllib.request.urlopen(req, timeout=10).close()
+                time.sleep(0.3)
         # A duplicate record, a malformed line, an oversized line, a blank line.
         lines = first.read_bytes().splitlines(keepends=True)
         with open(first, "ab") as f:
@@ -739,7 +752,8 @@ def stack(tmp_path_factory):
                     and _scrape_value(text, "coding_agent_duplicate_events_total") >= 1
                     and _scrape_value(text, "coding_agent_transcript_skipped_lines_total", reason="oversized") >= 1
                     and _scrape_value(text, "coding_agent_files_watched") >= 9
-                    and _scrape_value(text, "coding_agent_alerts_total") >= 2)
+                    and _scrape_value(text, "coding_agent_alerts_total") >= 2
+                    and _scrape_value(text, "coding_agent_user_wait_seconds_count") >= 1)
 
         _wait("phase 2 read and paged", phase2_read, 30, watched)
         n = scrapes()
