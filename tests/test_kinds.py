@@ -437,3 +437,34 @@ def test_overlong_session_ids_are_bounded(tmp_path):
     r.codex([meta(sid=long_id), x("event_msg", 1, type="task_started", turn_id="t1")], sid=XSID)
     (row,) = r.store.rows(time.time())
     assert row["session_id"].startswith("sha256:") and len(row["session_id"]) < 40
+
+
+# -- 27: a question or plan pending in the transcript (waiting) ---------------
+@pytest.mark.parametrize("tool,reason", [("AskUserQuestion", "question"), ("ExitPlanMode", "plan")])
+def test_claude_pending_question_or_plan_is_waiting_never_stalled(tmp_path, tool, reason):
+    run = Run(tmp_path)
+    call = c("prompt", 1, 0)
+    use = c("tool_use", 2, 1)
+    use["message"]["content"][0]["name"] = tool
+    run.claude([call, use])
+    row = run.state(after=3600)  # long past stall_after: a wait is never stalled
+    assert (row["state"], row["waiting_for"]) == ("waiting", {"reason": reason, "tool": tool})
+    answer = c("tool_result", 3, 90)
+    run.claude([answer, c("text", 4, 95, stop="end_turn")])
+    assert run.state()["state"] == "completed"
+
+
+def test_codex_request_user_input_is_waiting_until_its_output(tmp_path):
+    """Codex plan mode asks through a ``request_user_input`` function call;
+    its ``function_call_output`` is the answer."""
+    run = Run(tmp_path)
+    run.codex([meta(), x("event_msg", 1, type="task_started", turn_id="t1"),
+               x("response_item", 2, type="function_call", name="request_user_input", call_id="call_q",
+                 arguments=json.dumps({"questions": [{"question": "Which database?"}]}))])
+    row = run.state(XSID, after=3600)
+    assert (row["state"], row["waiting_for"]) == ("waiting", {"reason": "question", "tool": "request_user_input"})
+    run.codex([x("response_item", 60, type="function_call_output", call_id="call_q", output="Postgres"),
+               x("event_msg", 61, type="agent_message", message="Using Postgres."),
+               x("event_msg", 62, type="task_complete", turn_id="t1", last_agent_message="Using Postgres.")])
+    assert run.state(XSID)["state"] == "completed"
+    assert run.metric("coding_agent_user_wait_seconds_count", provider="codex", reason="question") == 1
