@@ -45,15 +45,6 @@ def rec(kind: str, n: int, ts: str, **extra) -> bytes:
     return json.dumps(base).encode() + b"\n"
 
 
-@pytest.fixture
-def exporter(tmp_path):
-    receiver = Receiver()
-    exp = Exporter(tmp_path, receiver=receiver).start()
-    exp.receiver = receiver
-    yield exp
-    exp.stop()
-    receiver.close()
-
 
 def _append(path, data: bytes):
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -79,13 +79,8 @@ def claude_hook(event: str, path: Path, **fields) -> dict:
 
 
 @pytest.fixture
-def exp(tmp_path):
-    receiver = Receiver()
-    e = Exporter(tmp_path, receiver=receiver).start()
-    e.receiver = receiver
-    yield e
-    e.stop()
-    receiver.close()
+def exp(exporter):
+    return exporter
 
 
 def test_permission_prompt_waits_and_pages_then_stop_hook_completes(exp):
