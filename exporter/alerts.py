@@ -196,6 +196,7 @@ class Alerter:
         #: Pages of this run that may still get their one reminder
         #: (``alerts.remind_after_seconds``): key → (pending, sent at).
         self._remind: dict[str, tuple[Pending, float]] = {}
+        self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -219,6 +220,12 @@ class Alerter:
         else:
             log.info("%s", describe_targets(cfg))
         return cls(cfg, metrics, targets)
+
+    def last_sent(self) -> tuple[float, str] | None:
+        """``(Unix seconds, kind)`` of the last page this run delivered (the
+        one ``coding_agent_alerts_total`` counted last, reminders included),
+        or None. Read-only; safe from any thread."""
+        return self._last_sent
 
     # -- ledger ------------------------------------------------------------
     def _load(self) -> None:
@@ -410,6 +417,7 @@ class Alerter:
         if not still:
             now = time.time()
             self.metrics.alerts.labels(p.kind).inc()
+            self._last_sent = (now, p.kind)
             self.metrics.alert_latency.labels(p.kind).observe(max(0.0, now - p.first_seen))
             self.pending.pop(p.key, None)
             with self._lock:

@@ -230,8 +230,12 @@ def _run(args, cfg) -> int:
         return 1
     daemon = Daemon(cfg, metrics, alerter)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
+    from .statuspage import status_app
+
+    status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
+                        daemon.ready.is_set, telemetry)
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes))
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status)
     try:
         server = serve(app, args.listen, web)
     except ValueError as e:

@@ -1,5 +1,6 @@
 """HTTP endpoint: ``/metrics`` (prometheus-client's WSGI app, with OpenMetrics
-negotiation), a landing page at ``/``, ``/-/healthy``, ``/-/ready``, and
+negotiation), the status page at ``/`` with its JSON under ``/api/v1/`` (see
+:mod:`.statuspage`), ``/-/healthy``, ``/-/ready``, and
 ``POST /hooks/claude_code`` / ``POST /hooks/codex`` for the agents' hook
 events (see :mod:`.hooks`).
 
@@ -252,10 +253,12 @@ def hooks_app(inbox, max_body_bytes: int):
     return app
 
 
-def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None):
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
     ``headers`` are added to every response; ``hooks`` is the WSGI app of
-    the hook routes (:func:`hooks_app`), or None."""
+    the hook routes (:func:`hooks_app`), or None; ``status`` the WSGI app of
+    ``/`` and ``/api/v1/*`` (:func:`.statuspage.status_app`), or None for a
+    plain landing page."""
     metrics_app = make_wsgi_app(registry)
     auth = _Auth(users or {})
     extra = list((headers or {}).items())
@@ -280,6 +283,8 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
             return metrics_app(environ, start_response)
         if hooks is not None and path.startswith("/hooks/"):
             return hooks(environ, start_response)
+        if status is not None and (path == "/" or path.startswith("/api/")):
+            return status(environ, start_response)
         if path == "/-/healthy":
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"Healthy\n"]

@@ -11,7 +11,7 @@
   (``metrics.session_ttl_seconds``).
 - A secret planted all over transcript content (prompts, answers, tool input
   and output, thinking, errors, titles, malformed and oversized lines) never
-  appears on ``/metrics``, in the log (debug level included), in default
+  appears on ``/metrics``, the status page's JSON, in the log (debug level included), in default
   alert bodies or in the state files.
 """
 
@@ -159,10 +159,16 @@ def test_tls_and_basic_auth(tls_exporter):
                          (("alice", "x" * 200), None), (None, "Basic !!!notbase64"),
                          (None, "Basic " + base64.b64encode(b"alice").decode()), (None, "Bearer abc"),
                          (None, "Basic " + base64.b64encode(b"\xff\xfe:\xff").decode())):
-        for path in ("/metrics", "/", "/-/healthy"):
+        for path in ("/metrics", "/", "/-/healthy", "/api/v1/sessions", "/api/v1/health"):
             status, headers, _ = _get(f"{base}{path}", ctx, auth, header)
             assert status == 401, (auth, header, path, status)
             assert headers.get("WWW-Authenticate", "").startswith("Basic")
+    # the status page and its JSON sit behind the same TLS and basic auth
+    for path in ("/api/v1/sessions", "/api/v1/health"):
+        status, headers, body = _get(f"{base}{path}", ctx, ("alice", PASSWORD))
+        assert status == 200 and headers["Content-Type"] == "application/json" and json.loads(body), path
+    status, _, body = _get(f"{base}/", ctx, ("alice", PASSWORD))
+    assert status == 200 and b"api/v1/sessions" in body
     assert "Traceback" not in exp.log()
     # the certificate is the one configured (verified against its CA, by IP)
     with socket.create_connection(("127.0.0.1", exp.port), timeout=5) as raw:
@@ -404,6 +410,7 @@ def test_planted_secret_never_leaves(tmp_path, level):
             exp.wait_state(sid, "waiting")
         wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 2 and len(alerts_for(receiver, cx.sid)) == 2,
                  what="waiting pages for both")
+        pages = [exp.scrape_text("/api/v1/sessions")]  # the status page's JSON, while both wait
         for prov, sid, path in (("claude_code", cc.sid, claude_path(tmp_path, cc.sid)),
                                 ("codex", cx.sid, codex_path(tmp_path, cx.sid))):
             common = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj", "turn_id": "t-secret"}
@@ -429,10 +436,13 @@ def test_planted_secret_never_leaves(tmp_path, level):
             f"http://127.0.0.1:{exp.port}/metrics", headers={"Accept": "application/openmetrics-text"}),
             timeout=5).read().decode()
         landing = exp.scrape_text("/")
+        pages += [exp.scrape_text("/api/v1/sessions"), exp.scrape_text("/api/v1/health")]
+        assert all(cc.sid in p and cx.sid in p for p in pages[:2])
     finally:
         exp.stop()
         receiver.close()
     assert SECRET not in scrape and SECRET not in openmetrics and SECRET not in landing
+    assert not any(SECRET in p or "hunter2" in p for p in pages), [p for p in pages if SECRET in p][:1]
     assert SECRET not in exp.log(), [line for line in exp.log().splitlines() if SECRET in line][:3]
     bodies = json.dumps(receiver.messages)
     assert SECRET not in bodies
