@@ -89,7 +89,7 @@ def load_page(telemetry_path: str) -> tuple[bytes, str]:
     style (by hash) and requests to this origin."""
     text = resources.files(__package__).joinpath(PAGE_FILE).read_text("utf-8")
     text = text.replace("__VERSION__", html.escape(__version__)).replace(
-        "__TELEMETRY_PATH__", html.escape(telemetry_path.lstrip("/") or "metrics"))
+        "__TELEMETRY_PATH__", html.escape(telemetry_path))
 
     def hashes(tag: str) -> str:
         found = re.findall(rf"<{tag}>(.*?)</{tag}>", text, re.S)

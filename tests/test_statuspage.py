@@ -148,7 +148,7 @@ def test_sessions_and_health_api(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/", timeout=5) as r:
             page = r.read().decode()
             csp = r.headers["Content-Security-Policy"]
-        assert "<script>" in page and "api/v1/sessions" in page and 'href="metrics"' in page
+        assert "<script>" in page and "api/v1/sessions" in page and 'href="/metrics"' in page
         assert "default-src 'none'" in csp and "script-src 'sha256-" in csp
         for method, path, code in (("GET", "/api/v1/nothing", 404), ("POST", "/api/v1/sessions", 405),
                                    ("DELETE", "/", 405)):
