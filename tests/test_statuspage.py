@@ -21,7 +21,6 @@ import urllib.error
 import urllib.request
 import zipfile
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
