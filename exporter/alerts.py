@@ -4,7 +4,8 @@ and one per wait for the user.
 Flow: a session transition into ``completed``/``error``/``stalled``/
 ``waiting`` that was read live (not backfill) and is younger than
 ``max_age_seconds`` becomes a *pending* alert keyed by (kind, provider,
-turn) — for ``waiting`` by the wait, since one turn may wait several times. After ``settle_seconds`` it
+session, turn) — for ``waiting`` by the wait, since one turn may wait
+several times. After ``settle_seconds`` it
 is sent only if it is still the session's current state. Delivery runs in a
 worker thread, one Apprise object per target so that a retry (exponential
 backoff) reaches only the targets that failed. The ledger in ``state_dir``
@@ -22,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -42,9 +42,6 @@ LEDGER_KEEP_SECONDS = 30 * 86400
 LEDGER_MAX_ENTRIES = 50_000
 
 
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-
-
 #: What a page says the agent waits for, by wait reason.
 WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a question",
                "plan": "has a plan for you to approve", "elicitation": "needs your input"}
@@ -57,12 +54,11 @@ def unit_of(st) -> str | None:
 
 
 def alert_key(kind: str, provider: str, session_id: str, turn: str) -> str:
-    """The ledger key of one alert. A turn named by a UUID (Claude record
-    ``uuid``, Codex ``turn_id``) is unique across sessions, so the key leaves
-    the session out: a resumed or forked session replaying that turn is the
-    same alert. Any other turn key is only unique within its session."""
-    if _UUID.match(turn):
-        return f"{kind}:{provider}:{turn}"
+    """The ledger key of one alert: scoped to its session. Record ids are not
+    unique across sessions in practice (Claude Code wrote one prompt ``uuid``
+    into two live sessions: field case 30), so one session's turn never
+    silences another's page. Replayed history (forks, resumed copies) is
+    recognised by the provider from the file itself, not here."""
     return f"{kind}:{provider}:{session_id}:{turn}"
 
 
@@ -283,7 +279,7 @@ class Alerter:
                 # pending at a crash or stop: deliver now that the state is confirmed
             elif not st.live:
                 # Old at first sight (backfill): not news. Remember the turn, so
-                # a resumed session replaying this history never pages it.
+                # that re-reading this history never pages it.
                 with self._lock:
                     self.ledger[key] = {"status": "seen", "at": time.time()}
                 changed = True

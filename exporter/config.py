@@ -45,10 +45,14 @@ class Reducer:
     #: Quiet seconds after a final assistant text before an inferred completion.
     inferred_settle_seconds: float = 30.0
     #: Quiet seconds to wait instead when the agent will still write an
-    #: explicit end marker (Claude ≥2.1 turns over ~30 s write turn_duration).
+    #: explicit end marker (Claude 2.1.x before ~2.1.126: turns over ~30 s
+    #: write turn_duration).
     marker_wait_seconds: float = 300.0
     #: A working session with nothing written for this long is ``stalled``.
     stall_after_seconds: float = 600.0
+    #: An API error the agent said it would retry (Claude system/api_error
+    #: retryInMs) is an ``error`` once the retry is this many seconds overdue.
+    api_retry_grace_seconds: float = 30.0
     #: Seconds between evaluations of the time-based rules.
     evaluation_interval_seconds: float = 1.0
 

@@ -83,9 +83,18 @@ class Event:
             ``api_error``, ``usage_limit``, ``no_response``, …
         duration: turn duration in seconds when the record states one
             (Claude ``durationMs``, Codex ``duration_ms``).
-        expects_marker: for ``OUTPUT``: the agent version will still write an
-            explicit end marker for this turn (Claude ≥2.1 writes
-            ``turn_duration`` for turns over ~30 s), so inference waits longer.
+        expects_marker: for ``OUTPUT``: the agent version will probably still
+            write an explicit end marker for this turn (Claude 2.1.x before
+            ~2.1.126 writes ``turn_duration`` for turns over ~30 s), so
+            inference waits longer.
+        marker_certain: for ``OUTPUT``: the agent version always ends a turn
+            with an explicit marker (Codex rollouts that write
+            ``task_started``; Claude CLI ≥~2.1.126 ``turn_duration``), so the
+            turn is never inferred complete (a turn that never gets its
+            marker becomes ``stalled``).
+        retry_in: for ``ERROR``: the agent will retry in this many seconds
+            (Claude ``system/api_error`` ``retryInMs``); the error stands only
+            once the retry is overdue.
         session_id: session id stated by the record (Claude ``sessionId``,
             Codex ``session_meta.payload.id``).
         cwd: working directory stated by the record (for the project label).
@@ -112,6 +121,8 @@ class Event:
     error_kind: str | None = None
     duration: float | None = None
     expects_marker: bool = False
+    marker_certain: bool = False
+    retry_in: float | None = None
     session_id: str | None = None
     cwd: str | None = None
     subagent: bool = False

@@ -5,17 +5,21 @@ Rules, in order (see README "States and evidence"):
 1. Malformed records never reach here; the reducer keeps going regardless.
 2. Significant main-thread events are ordered by their own timestamps, file
    order breaking ties; the latest one decides the state. Duplicates are
-   filtered before (by identity) in the session store.
+   filtered before (by identity, per session) in the session store;
+   replayed history (forks, resumed copies) is ``META`` from the provider.
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion.
 4. A provider error ends the turn as ``error``; an explicit completion that
    follows an error in the same turn (Codex writes ``task_complete`` after a
-   usage-limit ``error``) stays ``error``.
+   usage-limit ``error``) stays ``error``. An error the agent will retry
+   (``retry_in``) reads ``working`` until the retry is overdue by
+   ``retry_grace`` with nothing written since, then ``error``.
 5. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for
    ``inferred_settle`` seconds (``marker_wait`` when the agent version will
-   still write an explicit marker for this turn).
+   probably still write an explicit marker for this turn) — never when the
+   version always writes one (``marker_certain``).
 6. A ``WAIT`` (a question or plan approval pending in the transcript, a
    permission prompt reported by a hook) makes the session ``waiting`` until
    the turn's next main-thread record; a ``WAIT`` while already waiting is
@@ -26,6 +30,9 @@ Rules, in order (see README "States and evidence"):
    a wait does.
 8. A working session with nothing written for ``stall_after`` seconds is
    ``stalled``.
+9. Quiet time is measured at ``now`` on the last write time the caller
+   passes; the store passes the last record time at or before ``now`` when
+   the files were modified after ``now`` (``scan --at`` in the past).
 """
 
 from __future__ import annotations
@@ -40,19 +47,23 @@ EVIDENCE = ("explicit", "inferred")
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """Time-based rules, all in seconds."""
+    """Time-based rules, all in seconds (``retry_grace``: how long past an
+    announced retry time an agent's retry may be late before the error
+    stands)."""
 
     inferred_settle: float = 30.0
     marker_wait: float = 300.0
     stall_after: float = 600.0
+    retry_grace: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class Status:
     """A session's state at one instant.
 
-    ``turn`` is the turn's stable key (globally unique where the provider
-    gives an id); ``evidence`` is ``explicit``/``inferred`` for ``completed``;
+    ``turn`` is the turn's stable key, unique within its session (record
+    ids are not unique across sessions in practice: field case 30);
+    ``evidence`` is ``explicit``/``inferred`` for ``completed``;
     ``error_kind`` is set for ``error``; ``since`` is the semantic time (Unix
     seconds) the state began; ``live`` is False when the deciding record was
     read during the start-up backfill. For ``waiting``: ``reason`` (see
@@ -104,8 +115,8 @@ class SessionReducer:
         return self._last.ts if self._last is not None else None
 
     def apply(self, ev: Event, seq: int, live: bool, ident_key: str | None = None) -> None:
-        """Apply one event. ``ident_key`` is a stable, globally unique string
-        for the record (used to name the turn it starts)."""
+        """Apply one event. ``ident_key`` is a stable string unique within the
+        session for the record (used to name the turn it starts)."""
         if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
             self.last_event_ts = ev.ts
         kind = ev.kind
@@ -128,7 +139,8 @@ class SessionReducer:
                               tool or ev.tool)
                 return
             self._wait = (ident_key, ev.reason, ev.tool)
-        terminal = prev in (None, Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT)
+        # a turn ended (an error the agent will retry has not ended it)
+        terminal = prev is None or (prev in (Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT) and self._last.retry_in is None)
         if kind == Kind.START:
             if prev != Kind.START:
                 self._new_turn(ev, ident_key)
@@ -166,15 +178,15 @@ class SessionReducer:
             if self._turn_error:
                 return Status("error", error_kind=self._turn_error, **common)
             return Status("completed", evidence="explicit", duration=self._duration(last), **common)
-        if kind == Kind.ERROR:
+        quiet = now - last_write
+        if kind == Kind.ERROR and (last.retry_in is None or quiet >= last.retry_in + self.timing.retry_grace):
             return Status("error", error_kind=self._turn_error, **common)
         if kind == Kind.INTERRUPT:
             return Status("interrupted", **common)
         if kind == Kind.WAIT:
             key, reason, tool = self._wait
             return Status("waiting", reason=reason, tool=tool, wait=key or self.turn, **common)
-        quiet = now - last_write
-        if kind == Kind.OUTPUT:
+        if kind == Kind.OUTPUT and not last.marker_certain:
             wait = self.timing.marker_wait if last.expects_marker else self.timing.inferred_settle
             if quiet >= wait:
                 return Status("completed", evidence="inferred", duration=self._duration(last), **common)

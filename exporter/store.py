@@ -83,7 +83,7 @@ class _File:
         self.path = path
         self.provider = provider
         self.tailer = tailer
-        self.decoder = provider.FileDecoder(sidechain_file=sidechain)
+        self.decoder = provider.FileDecoder(sidechain_file=sidechain, file_session=sid)
         self.session: Session | None = None
         self.sidechain = sidechain
         self.name_sid = sid
@@ -188,7 +188,7 @@ class SessionStore:
         m = self.metrics
         with self._lock:
             if res.reset:
-                f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
+                f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain, file_session=f.name_sid)
                 log.info("%s was truncated or replaced; reading it again from the start", path)
             if res.oversized:
                 m.skipped.labels(prov, "oversized").inc(res.oversized)
@@ -347,7 +347,7 @@ class SessionStore:
                 s = self.sessions.get(key)
                 if s is None:
                     continue
-                new = s.reducer.status(now, s.last_write)
+                new = s.reducer.status(now, self._known_write(s, now))
                 old = s.status
                 if new == old:
                     continue
@@ -356,6 +356,17 @@ class SessionStore:
                 self._waited(s, old, new)
                 out.append(Transition(s, old, new))
         return out
+
+    @staticmethod
+    def _known_write(s: Session, now: float) -> float:
+        """The last write known at ``now``: the files' modification time, or,
+        when that lies after ``now`` (``scan --at`` in the past; a copied,
+        restored or checked-out file), the last record time at or before
+        ``now``. A second of slack keeps the live clock's jitter out."""
+        if s.last_write <= now + 1.0:
+            return s.last_write
+        last = s.reducer.last_event_ts
+        return now if last is None else min(now, last)
 
     def _count(self, s: Session, st: Status) -> None:
         if s.hidden or st.turn is None:

@@ -38,15 +38,12 @@ TIMING = {
 PROVIDERS = {"claude": "claude_code", "codex": "codex"}
 SPEC = json.loads((CASES / "cases.json").read_text())
 NEEDS_ISSUE_10 = {"27_claude_ask_user_question", "HK1_claude_permission_http", "HK2_codex_permission_cli"}
-NEEDS_ISSUE_11 = {"26_codex_commentary_then_quiet", "29_claude_stop_hook_blocks", "30_claude_shared_prompt_uuid"}
 
 
 def _params():
     out = []
     for name in SPEC:
         marks = [pytest.mark.xfail(strict=False, reason="issue 10")] if name in NEEDS_ISSUE_10 else []
-        if name in NEEDS_ISSUE_11:
-            marks = [pytest.mark.xfail(strict=False, reason="issue 11")]
         out.append(pytest.param(name, id=name, marks=marks))
     return out
 

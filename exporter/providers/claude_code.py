@@ -1,7 +1,7 @@
 """Claude Code transcripts: file layout and record projection.
 
 Format facts (from the files in ``shared/transcripts/claude_code``, Claude
-Code 1.0.98 … 2.1.114):
+Code 1.0.98 … 2.1.233):
 
 - Root ``$CLAUDE_CONFIG_DIR/projects`` (default ``~/.claude/projects``), one
   folder per working directory, ``<sessionId>.jsonl`` per session.
@@ -13,9 +13,28 @@ Code 1.0.98 … 2.1.114):
   ``isCompactSummary``, ``isApiErrorMessage``, ``error``, ``apiErrorStatus``,
   ``durationMs``, ``data.type``, ``toolUseResult``,
   ``message.{role,content,stop_reason,model,id}``.
-- ``message.stop_reason`` is null on almost every 2.1.x assistant line;
-  ``system/turn_duration`` is written only for turns over about 30 s (2.1.x),
-  ``system/stop_hook_summary`` only when Stop hooks are configured.
+- ``message.stop_reason`` is null on almost every assistant line of 2.1.x
+  before ~2.1.98, and set on nearly every line after (``tool_use`` on thinking
+  and text lines too).
+- ``system/turn_duration``: 2.1.x before ~2.1.126 writes it only for turns
+  over about 30 s; the CLI (``entrypoint: cli``) from ~2.1.119–2.1.126 writes
+  it for every turn, even 23 ms and error turns (2.1.123, 2.1.143, 2.1.148,
+  2.1.156 files), after its Stop hooks ran; ``entrypoint: sdk-cli`` sessions
+  write none (2.1.233). So for those CLI versions the turn ends at
+  ``turn_duration`` (or a ``stop_hook_summary`` that no hook feedback
+  follows), not at ``end_turn``.
+- A Stop hook that blocks the stop (loop hooks, ``/goal``; 2.1.143) writes
+  ``stop_hook_summary`` with ``hasOutput: true``, an ``attachment``
+  ``hook_blocking_error`` and an ``isMeta`` user line "Stop hook feedback:
+  …", in either order after the ``end_turn`` line; the turn goes on.
+- ``turn_duration.pendingBackgroundAgentCount`` > 0 (2.1.156): background
+  ``Agent`` tasks still run; their ``<task-notification>`` user records
+  (``origin.kind: task-notification``) start the agent again on its own.
+- ``system/api_error`` (2.1.143): a retried API error with ``retryAttempt``,
+  ``maxRetries``, ``retryInMs`` and ``error.status`` (429 …); when retries
+  stop, the file ends there.
+- Resumed sessions start a new file with copies of the earlier session's
+  records, which still name that session in ``sessionId``.
 """
 
 from __future__ import annotations
@@ -34,8 +53,12 @@ from ..events import Event, Kind
 NAME = "claude_code"
 LABEL = "Claude Code"
 
-#: Turns longer than this get a ``system/turn_duration`` record (2.1.x).
+#: Turns longer than this get a ``system/turn_duration`` record (2.1.x
+#: before ``EVERY_TURN_DURATION``).
 TURN_DURATION_THRESHOLD_SECONDS = 30.0
+#: From this version the CLI writes ``system/turn_duration`` for every turn.
+EVERY_TURN_DURATION = (2, 1, 126)
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 _SESSION_FILE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]*\.jsonl$")
 # User-typed local commands, ``!`` shell escapes and their outputs: metadata.
@@ -50,8 +73,8 @@ _META_PREFIXES = (
     "Caveat: The messages below",
 )
 _INTERRUPT_PREFIX = "[Request interrupted by user"
+_STOP_HOOK_FEEDBACK = "Stop hook feedback:"
 _END_STOP_REASONS = ("end_turn", "stop_sequence")
-_COMPLETE_SUBTYPES = ("turn_duration", "stop_hook_summary")
 _EXCERPT_CHARS = 2000
 #: Tools whose call waits for the user's answer (the result is the answer):
 #: ``AskUserQuestion`` (2.0.x+) asks a question, ``ExitPlanMode`` asks to
@@ -119,6 +142,11 @@ def _text_of(content) -> str | None:
 def _error_kind(obj: dict) -> str:
     err = obj.get("error")
     status = obj.get("apiErrorStatus")
+    if isinstance(err, dict):  # system/api_error: {"status": 429, "error": {"type": …}}
+        status = err.get("status")
+        inner = err.get("error")
+        inner = inner.get("error") if isinstance(inner, dict) and isinstance(inner.get("error"), dict) else inner
+        err = inner.get("type") if isinstance(inner, dict) else None
     err = err if isinstance(err, str) else ""
     if "rate_limit" in err or status == 429:
         return "rate_limit"
@@ -131,32 +159,46 @@ def _error_kind(obj: dict) -> str:
     return "api_error"
 
 
-_VERSION = re.compile(r"(\d+)\.(\d+)")
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 @functools.lru_cache(maxsize=256)
-def _version_tuple(version: str) -> tuple[int, int] | None:
+def _version_tuple(version: str) -> tuple[int, int, int] | None:
     m = _VERSION.match(version)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
-def _version_at_least(version, major: int, minor: int) -> bool:
+def _version_at_least(version, *least: int) -> bool:
     if not isinstance(version, str):
         return False
     v = _version_tuple(version)  # a handful of distinct versions: cached
-    return v is not None and v >= (major, minor)
+    return v is not None and v >= least
+
+
+def _every_turn_marked(obj: dict) -> bool:
+    """The record's Claude Code ends every turn with ``turn_duration``: the
+    CLI entry point from ``EVERY_TURN_DURATION`` on (not ``sdk-cli``)."""
+    return obj.get("entrypoint") == "cli" and _version_at_least(obj.get("version"), *EVERY_TURN_DURATION)
+
+
+def _number(v) -> float | None:
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 class FileDecoder:
     """Projects the records of one Claude Code file into events.
 
     ``sidechain_file`` marks every record of a subagent file as sidechain.
-    Keeps the start time of the current main-thread turn so that an assistant
-    text line can say whether a ``turn_duration`` record will still follow.
+    ``file_session``: the session the file is named for; records of a main
+    file that name another (UUID) session are copies a resumed session made
+    of earlier history, never news. Keeps the start time of the current
+    main-thread turn so that an assistant text line can say whether a
+    ``turn_duration`` record will still follow.
     """
 
-    def __init__(self, sidechain_file: bool = False):
+    def __init__(self, sidechain_file: bool = False, file_session: str | None = None):
         self.sidechain_file = sidechain_file
+        self._file_session = file_session if file_session and _UUID.match(file_session) else None
         self._turn_start: float | None = None
 
     def project(self, obj: dict) -> Event | None:
@@ -175,21 +217,20 @@ class FileDecoder:
             session_id=sid if isinstance(sid, str) else None,
             cwd=obj.get("cwd") if isinstance(obj.get("cwd"), str) else None,
         )
+        if (self._file_session and ev.session_id and ev.session_id != self._file_session
+                and not self.sidechain_file and not ev.sidechain):
+            ev.detail = "copied_history"  # a resumed session's copy of earlier records
+            return ev
         if rtype == "assistant":
             self._assistant(obj, ev)
         elif rtype == "user":
             self._user(obj, ev)
         elif rtype == "system":
-            sub = obj.get("subtype")
-            if sub in _COMPLETE_SUBTYPES:
-                ev.kind = Kind.COMPLETE
-                ev.detail = sub
-                dur = obj.get("durationMs")
-                if isinstance(dur, (int, float)) and not isinstance(dur, bool):
-                    ev.duration = dur / 1000.0
-            elif sub == "api_error":
-                ev.kind = Kind.ACTIVITY  # retried by Claude Code: still working
-                ev.detail = "api_error_retry"
+            self._system(obj, ev)
+        elif rtype == "attachment":
+            att = obj.get("attachment")
+            if isinstance(att, dict) and att.get("type") == "hook_blocking_error" and att.get("hookEvent") == "Stop":
+                ev.kind, ev.detail = Kind.WORK, "stop_hook_blocked"  # the stop was refused: the turn goes on
         elif rtype == "progress":
             data = obj.get("data")
             if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
@@ -200,8 +241,36 @@ class FileDecoder:
             self._turn_start = ts
         return ev
 
+    def _system(self, obj: dict, ev: Event) -> None:
+        sub = obj.get("subtype")
+        if sub == "turn_duration":
+            if (_number(obj.get("pendingBackgroundAgentCount")) or 0) > 0:
+                # background agents still run: not the user's turn yet
+                ev.kind, ev.detail = Kind.WORK, "background_agents_pending"
+                return
+            ev.kind, ev.detail = Kind.COMPLETE, sub
+            dur = _number(obj.get("durationMs"))
+            ev.duration = dur / 1000.0 if dur is not None else None
+        elif sub == "stop_hook_summary":
+            if _every_turn_marked(obj) and obj.get("hasOutput") is True and obj.get("preventedContinuation") is not True:
+                # hook output may be a blocked stop ("Stop hook feedback"); turn_duration still comes
+                ev.kind, ev.detail = Kind.WORK, "stop_hook_output"
+            else:
+                ev.kind, ev.detail = Kind.COMPLETE, sub
+        elif sub == "api_error":
+            ev.kind, ev.detail = Kind.ERROR, "api_error"
+            ev.error_kind = _error_kind(obj)
+            attempt, most, wait = (_number(obj.get(k)) for k in ("retryAttempt", "maxRetries", "retryInMs"))
+            if not (attempt is not None and most is not None and attempt >= most):
+                ev.retry_in = (wait or 0.0) / 1000.0  # Claude Code retries: working until overdue
+
     def _user(self, obj: dict, ev: Event) -> None:
-        if obj.get("isMeta") is True or obj.get("isCompactSummary") is True:
+        if obj.get("isMeta") is True:
+            text = _text_of((obj.get("message") or {}).get("content") if isinstance(obj.get("message"), dict) else None)
+            if text is not None and text.startswith(_STOP_HOOK_FEEDBACK):
+                ev.kind, ev.detail = Kind.WORK, "stop_hook_feedback"  # a Stop hook blocked: the turn goes on
+            return
+        if obj.get("isCompactSummary") is True:
             return
         msg = obj.get("message")
         content = msg.get("content") if isinstance(msg, dict) else None
@@ -275,6 +344,10 @@ class FileDecoder:
             return
         text = _text_of(content)
         ev.text = text[:_EXCERPT_CHARS] if text else None
+        if _every_turn_marked(obj):
+            ev.kind, ev.marker_certain = Kind.OUTPUT, True  # the turn ends at turn_duration, not end_turn
+            ev.detail = "end_turn" if msg.get("stop_reason") in _END_STOP_REASONS else "assistant_text"
+            return
         if msg.get("stop_reason") in _END_STOP_REASONS:
             ev.kind = Kind.COMPLETE
             ev.detail = "end_turn"
@@ -285,7 +358,7 @@ class FileDecoder:
             self._turn_start is not None
             and ev.ts is not None
             and ev.ts - self._turn_start > TURN_DURATION_THRESHOLD_SECONDS
-            and _version_at_least(obj.get("version"), 2, 1)
+            and _version_at_least(obj.get("version"), 2, 1, 0)
         ):
             ev.expects_marker = True
 

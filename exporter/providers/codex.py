@@ -1,7 +1,7 @@
 """OpenAI Codex CLI rollouts: file layout and record projection.
 
 Format facts (from the files in ``shared/transcripts/codex``, Codex ~0.2x …
-0.146):
+0.160):
 
 - Path ``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<local time>-<uuid>.jsonl``
   (default ``~/.codex``).
@@ -16,9 +16,18 @@ Format facts (from the files in ``shared/transcripts/codex``, Codex ~0.2x …
   ``turn_aborted`` carries ``reason`` (``interrupted``, ``replaced``,
   ``review_ended``). ``error`` events carry ``codex_error_info``
   (``usage_limit_exceeded``, …).
+  A rollout that writes ``task_started`` ends every turn with
+  ``task_complete`` or ``turn_aborted``. From 0.160 a failed turn is a
+  ``task_complete`` with an ``error`` object (``codex_error_info``, e.g.
+  ``internal_server_error``) and no separate ``error`` event.
+- ``agent_message`` / assistant ``message`` items carry ``phase``
+  (``commentary`` mid-turn, ``final_answer``) in newer builds (0.144).
 - ``session_meta.payload.source`` is ``cli``/``vscode``/``exec``/``mcp`` or an
   object with a ``subagent`` key; forks set ``forked_from_id`` and replay the
-  parent's history (older timestamps) after their own ``session_meta``.
+  parent's history after their own ``session_meta``: the parent's
+  ``session_meta`` and its turns, whose envelope timestamps are the fork's
+  (0.131) or the parent's own, and whose ``turn_id`` (UUIDv7) predates the
+  fork's id.
 - No per-line id: identity is a digest of the line bytes.
 """
 
@@ -93,6 +102,7 @@ def _text_of(content) -> str | None:
 
 
 def _error_kind(payload: dict) -> str:
+    """``error`` event payload or ``task_complete.error`` → error kind."""
     info = payload.get("codex_error_info")
     info = info if isinstance(info, str) else (next(iter(info), "") if isinstance(info, dict) else "")
     message = payload.get("message")
@@ -105,22 +115,44 @@ def _error_kind(payload: dict) -> str:
         return "overloaded"
     if "unauthorized" in info or "auth" in info:
         return "auth"
+    if "server_error" in info:
+        return "server_error"
     return "api_error"
+
+
+def _v7_ms(uuid: str | None) -> int | None:
+    """Milliseconds since the epoch in a UUIDv7 (Codex session and turn ids
+    in current versions), else ``None``."""
+    if not isinstance(uuid, str) or len(uuid) != 36 or uuid[14] != "7":
+        return None
+    try:
+        return int(uuid[:8] + uuid[9:13], 16)
+    except ValueError:
+        return None
 
 
 class FileDecoder:
     """Projects the records of one rollout file into events.
 
     Remembers the file's first ``session_meta`` (identity, fork point): a
-    forked rollout's replayed parent history (records older than the fork's
-    own ``session_meta``) is metadata, not new work.
+    forked rollout's replayed parent history is metadata, not new work. The
+    replay is recognised from the file itself: it follows a fork's own
+    ``session_meta`` (and the parent's, replayed after it) and lasts until a turn
+    starts whose ``turn_id`` does not predate the fork (UUIDv7 time; for
+    ids without time, a record newer than the fork); records older than the
+    fork are replayed too. Once the rollout has written ``task_started``,
+    assistant text is never an inferred end (the marker always comes).
+    ``file_session`` is unused (the ``session_meta`` names the session).
     """
 
-    def __init__(self, sidechain_file: bool = False):
+    def __init__(self, sidechain_file: bool = False, file_session: str | None = None):
         self.sidechain_file = sidechain_file
         self._have_meta = False
         self._fork_ts: float | None = None
+        self._fork_ms: int | None = None
+        self._replaying = False
         self._subagent = False
+        self._marked = False  # task_started seen: every turn ends with a marker
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
@@ -134,15 +166,29 @@ class FileDecoder:
             ev = self._bare(obj, ts)
         if ev.kind == Kind.SESSION:
             return ev
-        if self._fork_ts is not None and ts is not None and ts < self._fork_ts:
+        if self._replaying and ev.detail in ("turn_context", "task_started", "turn_started") and ev.turn_id:
+            self._replaying = self._predates_fork(ev.turn_id, ts)
+        if self._replaying or (self._fork_ts is not None and ts is not None and ts < self._fork_ts):
             ev.kind = Kind.META  # replayed parent history in a fork
+        elif ev.kind == Kind.START and ev.detail in ("task_started", "turn_started"):
+            self._marked = True
+        elif ev.kind == Kind.OUTPUT and self._marked:
+            ev.marker_certain = True
         if (self._subagent or self.sidechain_file) and ev.kind != Kind.META:
             ev.sidechain = True
             ev.kind = Kind.ACTIVITY
         return ev
 
+    def _predates_fork(self, turn_id: str, ts: float | None) -> bool:
+        turn_ms = _v7_ms(turn_id)
+        if turn_ms is not None and self._fork_ms is not None:
+            return turn_ms < self._fork_ms
+        return ts is None or self._fork_ts is None or ts <= self._fork_ts
+
     def _session_meta(self, payload: dict, ts: float | None) -> Event:
         if self._have_meta:
+            if self._fork_ms is not None or self._fork_ts is not None:
+                self._replaying = True  # in a fork, the parent's session_meta: its history follows
             return Event(Kind.META, ts=ts)  # a replayed or nested session_meta
         self._have_meta = True
         source = payload.get("source")
@@ -155,9 +201,12 @@ class FileDecoder:
                     if isinstance(v, dict) and isinstance(v.get("parent_thread_id"), str):
                         parent = v["parent_thread_id"]
         self._subagent = sub
+        sid = payload.get("id")
         if isinstance(payload.get("forked_from_id"), str):
             self._fork_ts = parse_timestamp(payload.get("timestamp")) or ts
-        sid = payload.get("id")
+            self._fork_ms = _v7_ms(sid) if _v7_ms(sid) is not None else (
+                int(self._fork_ts * 1000) if self._fork_ts is not None else None)
+            self._replaying = True
         cwd = payload.get("cwd")
         return Event(Kind.SESSION, ts=ts, session_id=sid if isinstance(sid, str) else None,
                      cwd=cwd if isinstance(cwd, str) else None, subagent=sub, parent_id=parent)
@@ -171,10 +220,14 @@ class FileDecoder:
         if rtype == "turn_context":
             cwd = payload.get("cwd")
             ev.cwd = cwd if isinstance(cwd, str) else None
+            ev.detail = "turn_context"
             return ev
         if rtype == "event_msg":
             if ptype in ("task_started", "turn_started"):
                 ev.kind, ev.detail = Kind.START, ptype
+            elif ptype in ("task_complete", "turn_complete") and isinstance(payload.get("error"), dict):
+                ev.kind, ev.detail = Kind.ERROR, ptype  # a failed turn reported as complete (0.160)
+                ev.error_kind = _error_kind(payload["error"])
             elif ptype in ("task_complete", "turn_complete"):
                 ev.kind, ev.detail = Kind.COMPLETE, ptype
                 dur = payload.get("duration_ms")
@@ -190,6 +243,8 @@ class FileDecoder:
                 ev.error_kind = _error_kind(payload)
             elif ptype == "user_message":
                 ev.kind, ev.detail = Kind.START, "user_message"
+            elif ptype == "agent_message" and payload.get("phase") == "commentary":
+                ev.kind, ev.detail = Kind.WORK, "commentary"  # a mid-turn note, not a final answer
             elif ptype == "agent_message":
                 msg = payload.get("message")
                 ev.kind, ev.detail = Kind.OUTPUT, "agent_message"
@@ -208,7 +263,9 @@ class FileDecoder:
         if itype == "message":
             role = item.get("role")
             text = _text_of(item.get("content"))
-            if role == "assistant":
+            if role == "assistant" and item.get("phase") == "commentary":
+                ev.kind, ev.detail = Kind.WORK, "commentary"
+            elif role == "assistant":
                 ev.kind, ev.detail = Kind.OUTPUT, "assistant_message"
                 ev.text = text[:_EXCERPT_CHARS] if text else None
             elif role == "user" and text is not None and text.lstrip().startswith("<turn_aborted>"):
