@@ -32,7 +32,7 @@ K = 1.0 if SLOW else 0.1
 LINE_DELAY = 0.1  # the README says about 200 ms; half keeps the suite quick
 TIMING = {
     "reducer": {"inferred_settle_seconds": 30.0 * K, "marker_wait_seconds": 300.0 * K,
-                "stall_after_seconds": 600.0 * K},
+                "stall_after_seconds": 600.0 * K, "api_retry_grace_seconds": 30.0 * K},
     "alerts": {"settle_seconds": 2.0 if SLOW else 1.0},
 }
 PROVIDERS = {"claude": "claude_code", "codex": "codex"}
