@@ -37,18 +37,9 @@ TIMING = {
 }
 PROVIDERS = {"claude": "claude_code", "codex": "codex"}
 SPEC = json.loads((CASES / "cases.json").read_text())
-NEEDS_ISSUE_10 = {"27_claude_ask_user_question", "HK1_claude_permission_http", "HK2_codex_permission_cli"}
 
 
-def _params():
-    out = []
-    for name in SPEC:
-        marks = [pytest.mark.xfail(strict=False, reason="issue 10")] if name in NEEDS_ISSUE_10 else []
-        out.append(pytest.param(name, id=name, marks=marks))
-    return out
-
-
-CASE_PARAMS = _params()
+CASE_PARAMS = [pytest.param(name, id=name) for name in SPEC]
 
 # -- timestamps ---------------------------------------------------------------------
 _TS = re.compile(rb'("timestamp"\s*:\s*")([^"]+)(")')

@@ -261,8 +261,7 @@ def _at_120_params():
     out = []
     for prov, table in AT_LAST_PLUS_120.items():
         for name, want in table.items():
-            marks = [pytest.mark.xfail(strict=False, reason="issue 10")] if want[0] == "waiting" else []
-            out.append(pytest.param(prov, name, want, id=name, marks=marks))
+            out.append(pytest.param(prov, name, want, id=name))
     return out
 
 
