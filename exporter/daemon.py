@@ -55,6 +55,7 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self.store = make_store(cfg, self.metrics)
         self.store.session_ttl = cfg.metrics.session_ttl_seconds
+        self.store.news = self._news  # before counting: carried-open sessions' endings are news
         self.roots = configured_roots(cfg)
         self.alerter = alerter
         self.queue = ChangeQueue()
@@ -231,7 +232,7 @@ class Daemon:
         if self._stop.is_set():
             log.info("start-up scan stopped (%d/%d files begun)", done + 1 if done < total else done, total)
             return
-        transitions = self._news(self.store.evaluate())
+        transitions = self.store.evaluate()
         self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
@@ -385,6 +386,6 @@ class Daemon:
         self._denied = set(denied)
 
     def _evaluate(self) -> None:
-        transitions = self._news(self.store.evaluate())
+        transitions = self.store.evaluate()
         if self.alerter is not None and transitions:
             self.alerter.observe(transitions, time.time())

@@ -120,6 +120,10 @@ class SessionStore:
         self.sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
         self._dirty: set[tuple[str, str]] = set()
+        #: Optional ``f(transitions) -> transitions`` applied before counting:
+        #: the daemon marks as news (``live``) the endings of sessions its
+        #: previous run left open.
+        self.news = None
 
     # -- files -------------------------------------------------------------
     def track(self, path: str, provider: str, root: Path | None = None) -> bool:
@@ -334,7 +338,8 @@ class SessionStore:
     def evaluate(self, now: float | None = None) -> list[Transition]:
         """Evaluate sessions whose status may have changed (new records, or a
         time-based rule pending) at ``now`` (Unix seconds; default the clock).
-        Counts completions, errors and turn durations once per turn."""
+        Counts completions, errors and turn durations once per turn, when
+        they are news (see :meth:`_count`)."""
         now = time.time() if now is None else now
         out = []
         with self._lock:
@@ -352,9 +357,12 @@ class SessionStore:
                 if new == old:
                     continue
                 s.status = new
-                self._count(s, new)
-                self._waited(s, old, new)
                 out.append(Transition(s, old, new))
+            if self.news is not None:
+                out = self.news(out)
+            for t in out:
+                self._count(t.session, t.new)
+                self._waited(t.session, t.old, t.new)
         return out
 
     @staticmethod
@@ -369,16 +377,22 @@ class SessionStore:
         return now if last is None else min(now, last)
 
     def _count(self, s: Session, st: Status) -> None:
+        """Count a turn's completion or error once, and only when it is news
+        (``st.live``: read after start-up, or carried open from the previous
+        run). History read at start-up marks its turns as counted without
+        counting them, so the counters mean the same across restarts."""
         if s.hidden or st.turn is None:
             return
         if st.state == "completed" and st.turn not in s.completed_turns:
             s.completed_turns.add(st.turn)
-            self.metrics.completions.labels(s.provider, st.evidence).inc()
-            if st.duration is not None and st.duration >= 0:
-                self.metrics.turn_duration.labels(s.provider).observe(st.duration)
+            if st.live:
+                self.metrics.completions.labels(s.provider, st.evidence).inc()
+                if st.duration is not None and st.duration >= 0:
+                    self.metrics.turn_duration.labels(s.provider).observe(st.duration)
         elif st.state == "error" and st.turn not in s.error_turns:
             s.error_turns.add(st.turn)
-            self.metrics.turn_errors.labels(s.provider, st.error_kind or "api_error").inc()
+            if st.live:
+                self.metrics.turn_errors.labels(s.provider, st.error_kind or "api_error").inc()
 
     def _waited(self, s: Session, old: Status, new: Status) -> None:
         """``coding_agent_user_wait_seconds``: the user answered a wait or
