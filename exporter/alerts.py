@@ -174,6 +174,7 @@ class Pending:
     since: float | None = None  # record time the state began
     attempt: int = 0
     remaining: list = field(default_factory=list)  # target indexes still to deliver to
+    status: object = None  # the Status that made it (evidence for the log)
 
 
 class Alerter:
@@ -253,51 +254,86 @@ class Alerter:
 
     # -- reader thread -----------------------------------------------------
     def observe(self, transitions: list[Transition], now: float) -> None:
-        """Consider each transition for a page (see the module doc)."""
+        """Consider each transition for a page (see the module doc). Every
+        decision is logged by :meth:`_decided`."""
         if not self.targets:
             return
         changed = False
+        backfill = 0
         for t in transitions:
             st, s = t.new, t.session
             kind = st.state
-            if kind not in KINDS or not getattr(self.a.kinds, kind):
+            if kind not in KINDS:
                 continue
             unit = unit_of(st)
-            if s.hidden or unit is None:
+            if unit is None:
                 continue
             if t.old.state == kind and unit_of(t.old) == unit:
                 continue  # another marker of the same turn (e.g. end_turn, then turn_duration)
             key = alert_key(kind, s.provider, s.session_id, unit)
-            entry = self.ledger.get(key)
             if key in self.pending:
+                continue
+            entry = self.ledger.get(key)
+            wanted = getattr(self.a.kinds, kind) and not s.hidden
+            if not st.live and (entry is None or entry.get("status") in ("sent", "seen")):
+                # Old at first sight (backfill): not news. Remember the turn, so
+                # that re-reading this history never pages it.
+                if entry is None and wanted:
+                    with self._lock:
+                        self.ledger[key] = {"status": "seen", "at": time.time()}
+                    changed = True
+                backfill += 1
+                self._decided(s, unit, kind, "backfill: read as history at start-up", level=logging.DEBUG)
+                continue
+            if not getattr(self.a.kinds, kind):
+                self._decided(s, unit, kind, f"kind off (alerts.kinds.{kind}: false)")
+                continue
+            if s.hidden:
+                self._decided(s, unit, kind, "subagent: a subagent rollout whose parent session is unknown")
                 continue
             if entry is not None:
                 if entry.get("status") in ("sent", "seen"):
-                    if st.live:
-                        self.metrics.alerts_dedup.labels(kind).inc()
+                    self.metrics.alerts_dedup.labels(kind).inc()
+                    self._decided(s, unit, kind, "already sent" if entry.get("status") == "sent"
+                                  else "already seen (this turn was history at an earlier start)")
                     continue
                 # pending at a crash or stop: deliver now that the state is confirmed
-            elif not st.live:
-                # Old at first sight (backfill): not news. Remember the turn, so
-                # that re-reading this history never pages it.
-                with self._lock:
-                    self.ledger[key] = {"status": "seen", "at": time.time()}
-                changed = True
-                continue
-            if entry is None and self.a.max_age_seconds and st.since is not None \
-                    and now - st.since > self.a.max_age_seconds:
-                log.info("not paging %s %s: its record is older than alerts.max_age_seconds", s.provider, kind)
+            elif self.a.max_age_seconds and st.since is not None and now - st.since > self.a.max_age_seconds:
+                self._decided(s, unit, kind, f"older than alerts.max_age_seconds ({now - st.since:.0f} s > "
+                              f"{self.a.max_age_seconds:g} s)")
                 continue
             title, body = self._message(s, st)
             p = Pending(key, kind, s, unit, st.state, title, body, first_seen=now,
-                        due=now + self.a.settle_seconds, since=st.since)
+                        due=now + self.a.settle_seconds, since=st.since, status=st)
             self.pending[key] = p
+            log.debug("page pending for %g s (alerts.settle_seconds)", self.a.settle_seconds,
+                      extra={"fields": self._fields(s, unit, kind)})
             with self._lock:
                 self.ledger[key] = {"status": "pending", "at": time.time(), "provider": s.provider,
                                     "session_id": s.session_id}
             changed = True
+        if backfill:
+            log.info("not paging %d turn end(s) read as history at start-up (backfill); "
+                     "--log.level debug names them", backfill)
         if changed:
             self._save()
+
+    def _fields(self, s: Session, unit: str | None, kind: str) -> dict:
+        return {"kind": kind, "provider": s.provider, "session_id": s.session_id,
+                "project": project_label(s.cwd, self.cfg.metrics.project_label), "turn": unit}
+
+    def _decided(self, s: Session, unit: str | None, kind: str, why: str | None, level: int = logging.INFO,
+                 **evidence) -> None:
+        """Log one page decision: ``page sent`` (``why`` None) with its
+        evidence, or ``page not sent`` with the reason. Names provider,
+        session id, project label, kind and turn key (``unit``: the wait for
+        ``waiting``); never transcript text."""
+        fields = self._fields(s, unit, kind)
+        if why is None:
+            fields.update({k: v for k, v in evidence.items() if v is not None})
+        else:
+            fields["reason"] = why
+        log.log(level, "page sent" if why is None else "page not sent", extra={"fields": fields})
 
     def next_due_in(self) -> float:
         """Seconds until the next pending alert is due (for the reader loop)."""
@@ -319,11 +355,13 @@ class Alerter:
                 del self.pending[key]
                 with self._lock:
                     self.ledger.pop(key, None)
-                log.debug("%s superseded before it settled; not sent", key)
+                self._decided(p.session, p.turn, p.kind, f"superseded within alerts.settle_seconds (now {cur.state})")
                 continue
-            p.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
+            tag = self.a.tags.get(p.kind, p.kind)
+            p.remaining = [i for i, t in enumerate(self.targets) if t.wants(tag)]
             if not p.remaining:
                 del self.pending[key]
+                self._decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
                 continue
             self._work.put(p)
 
@@ -384,8 +422,8 @@ class Alerter:
             if p.remaining:
                 p.attempt += 1
                 if p.attempt >= retry.attempts:
-                    log.error("giving up on a %s alert for %s session after %d attempts", p.kind,
-                              p.session.provider, p.attempt)
+                    self._decided(p.session, p.turn, p.kind, f"delivery failed {p.attempt} times (alerts.retry.attempts)",
+                                  level=logging.ERROR)
                     self.pending.pop(p.key, None)
                     with self._lock:
                         self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "failed", "at": time.time()}
@@ -419,7 +457,12 @@ class Alerter:
             with self._lock:
                 self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "sent", "at": now}
             self._save()
-            log.info("sent %s alert (%s) for a %s session", p.kind, tag, p.session.provider)
+            st = p.status or p.session.status
+            self._decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
+                          error_kind=st.error_kind, duration_seconds=None if st.duration is None
+                          else round(st.duration, 1), targets=sum(t.wants(tag) for t in self.targets),
+                          latency_seconds=round(now - p.first_seen, 3),
+                          reminder=True if p.key.startswith("remind:") else None)
             if self.a.remind_after_seconds and p.kind in ("completed", "waiting") \
                     and not p.key.startswith("remind:"):
                 with self._lock:

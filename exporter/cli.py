@@ -14,7 +14,7 @@ import threading
 
 import orjson
 
-from . import __version__
+from . import __version__, logs
 from .config import ConfigError, load
 from .decode import parse_timestamp
 
@@ -28,6 +28,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="YAML configuration file (every key has a default)")
     p.add_argument("--log.level", dest="log_level", default="info",
                    choices=["debug", "info", "warn", "error"], help="log level (default: info)")
+    p.add_argument("--log.format", dest="log_format", default="logfmt", choices=["logfmt", "json"],
+                   help="log line format (default: logfmt)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,11 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level={"warn": logging.WARNING}.get(level, getattr(logging, level.upper())),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
@@ -90,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         from .hooksetup import main as hooks_main
 
         return hooks_main(args)
-    _setup_logging(args.log_level)
+    logs.setup(args.log_level, getattr(args, "log_format", "logfmt"))
     if args.command == "hook":
         return _hook(args)
     try:

@@ -363,6 +363,8 @@ class SessionStore:
             for t in out:
                 self._count(t.session, t.new)
                 self._waited(t.session, t.old, t.new)
+                if log.isEnabledFor(logging.DEBUG) and (t.old.state, t.old.turn) != (t.new.state, t.new.turn):
+                    self._log_transition(t)
         return out
 
     @staticmethod
@@ -375,6 +377,14 @@ class SessionStore:
             return s.last_write
         last = s.reducer.last_event_ts
         return now if last is None else min(now, last)
+
+    def _log_transition(self, t: Transition) -> None:
+        s, new = t.session, t.new
+        fields = {"provider": s.provider, "session_id": s.session_id,
+                  "project": project_label(s.cwd, self.project_mode), "from": t.old.state, "to": new.state,
+                  "turn": new.turn, "evidence": new.evidence, "detail": new.detail, "error_kind": new.error_kind,
+                  "live": new.live, "subagent": s.hidden or None}
+        log.debug("session state", extra={"fields": {k: v for k, v in fields.items() if v is not None}})
 
     def _count(self, s: Session, st: Status) -> None:
         """Count a turn's completion or error once, and only when it is news

@@ -383,10 +383,10 @@ def _post_hook(port: int, provider: str, body) -> int:
         return e.code
 
 
-@pytest.mark.parametrize("level", ["info", "debug"])
-def test_planted_secret_never_leaves(tmp_path, level):
+@pytest.mark.parametrize("level,fmt", [("info", "logfmt"), ("debug", "json")])
+def test_planted_secret_never_leaves(tmp_path, level, fmt):
     receiver = Receiver()
-    exp = Daemon(tmp_path, receiver=receiver, extra_args=["--log.level", level],
+    exp = Daemon(tmp_path, receiver=receiver, extra_args=["--log.level", level, "--log.format", fmt],
                  config={"sources": {"max_line_bytes": 1 << 20}}).start()
     try:
         cc = ClaudeSession("scrt0000-0000-4000-8000-000000000001")
@@ -444,6 +444,8 @@ def test_planted_secret_never_leaves(tmp_path, level):
     assert SECRET not in scrape and SECRET not in openmetrics and SECRET not in landing
     assert not any(SECRET in p or "hunter2" in p for p in pages), [p for p in pages if SECRET in p][:1]
     assert SECRET not in exp.log(), [line for line in exp.log().splitlines() if SECRET in line][:3]
+    # The log did say something about these sessions: each page decision.
+    assert exp.log().count("page sent") == 4, exp.log()[-3000:]
     bodies = json.dumps(receiver.messages)
     assert SECRET not in bodies
     for f in (tmp_path / "state").iterdir():
