@@ -196,8 +196,11 @@ def _run(args, cfg) -> int:
         log.info("received %s; shutting down", name)
         stop.set()
 
-    signal.signal(signal.SIGTERM, _signal)
-    signal.signal(signal.SIGINT, _signal)
+    # SIGINT: Ctrl-C everywhere; SIGBREAK: Ctrl-Break (Windows only);
+    # SIGTERM: what service managers send (POSIX).
+    for name in ("SIGTERM", "SIGINT", "SIGBREAK"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _signal)
 
     from .alerts import Alerter
     from .daemon import Daemon

@@ -14,6 +14,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
 import yaml
 
 
@@ -124,14 +125,16 @@ class Config:
     metrics: Metrics = field(default_factory=Metrics)
     alerts: Alerts = field(default_factory=Alerts)
     hooks: Hooks = field(default_factory=Hooks)
-    #: Where the alert ledger lives; default ``$XDG_STATE_HOME/coding-agent-exporter``.
+    #: Where the alert ledger lives; default: the platform's user state folder
+    #: (platformdirs: ``$XDG_STATE_HOME/coding-agent-exporter``, else
+    #: ``~/.local/state/…`` on Linux; ``~/Library/Application Support/…`` on
+    #: macOS; ``%LOCALAPPDATA%\\coding-agent-exporter`` on Windows).
     state_dir: str | None = None
 
     def resolved_state_dir(self) -> Path:
         if self.state_dir:
             return Path(self.state_dir).expanduser()
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        return Path(base) / "coding-agent-exporter"
+        return Path(platformdirs.user_state_dir("coding-agent-exporter", appauthor=False))
 
 
 _PROJECT_LABELS = ("basename", "full", "hashed", "none")

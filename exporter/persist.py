@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import orjson
+from filelock import FileLock, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -101,23 +102,25 @@ class StateDirBusy(Exception):
 
 def lock_state_dir(state_dir: Path):
     """Take an exclusive lock on ``state_dir/lock`` for this process's life
-    (the open file is returned; keep it). Two exporters on one state
-    directory would page every turn twice. Raises :class:`StateDirBusy`
-    naming the holder's pid, or ``OSError`` when the folder cannot be made."""
-    import fcntl
-
+    (the lock object is returned; keep it). Two exporters on one state
+    directory would page every turn twice. ``filelock`` takes an OS lock
+    (``flock`` on POSIX, ``msvcrt.locking`` on Windows) that the OS releases
+    when the process dies. Raises :class:`StateDirBusy` naming the holder's
+    pid (from ``state_dir/lock.pid``), or ``OSError`` when the folder cannot
+    be made."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    f = open(state_dir / "lock", "a+")
+    lock = FileLock(state_dir / "lock", timeout=0)
     try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        f.seek(0)
-        holder = f.read().strip() or "?"
-        f.close()
+        lock.acquire()
+    except Timeout:
+        try:
+            holder = (state_dir / "lock.pid").read_text().strip() or "?"
+        except OSError:
+            holder = "?"
         raise StateDirBusy(f"state_dir {state_dir} is in use by another coding-agent-exporter (pid {holder}); "
                            "give each exporter its own state_dir") from None
-    f.seek(0)
-    f.truncate()
-    f.write(str(os.getpid()))
-    f.flush()
-    return f
+    try:
+        (state_dir / "lock.pid").write_text(str(os.getpid()))
+    except OSError:
+        pass  # only used to name the holder
+    return lock

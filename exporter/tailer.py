@@ -90,7 +90,8 @@ class Tailer:
         regular file.
         """
         res = ReadResult()
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                     | getattr(os, "O_BINARY", 0))
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):

@@ -83,7 +83,9 @@ _WAIT_TOOLS = {"AskUserQuestion": "question", "ExitPlanMode": "plan"}
 
 
 def default_roots() -> list[Path]:
-    """``$CLAUDE_CONFIG_DIR/projects``, else ``~/.claude/projects``."""
+    """``$CLAUDE_CONFIG_DIR/projects``, else ``~/.claude/projects``: the home folder is
+    ``Path.home()``, which is ``%USERPROFILE%`` on Windows, where the agent
+    keeps the same layout (``%USERPROFILE%\\.claude\\projects``)."""
     base = os.environ.get("CLAUDE_CONFIG_DIR")
     return [Path(base) / "projects" if base else Path.home() / ".claude" / "projects"]
 

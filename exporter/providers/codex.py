@@ -56,7 +56,9 @@ _WAIT_TOOLS = {"request_user_input": "question"}
 
 
 def default_roots() -> list[Path]:
-    """``$CODEX_HOME/sessions``, else ``~/.codex/sessions``."""
+    """``$CODEX_HOME/sessions``, else ``~/.codex/sessions``: the home folder is
+    ``Path.home()``, which is ``%USERPROFILE%`` on Windows, where the agent
+    keeps the same layout (``%USERPROFILE%\\.codex\\sessions``)."""
     base = os.environ.get("CODEX_HOME")
     return [Path(base) / "sessions" if base else Path.home() / ".codex" / "sessions"]
 
