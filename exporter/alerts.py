@@ -142,12 +142,21 @@ def test_alert(cfg: Config) -> int:
               f"${cfg.alerts.url_env}); nothing sent")
         return 1
     failed = 0
+    ap_log = logging.getLogger("apprise")
     for t in targets:
-        res = t.apobj.notify(body="This is a test notification from coding-agent-exporter.",
-                             title="coding-agent-exporter · test")
+        propagate, ap_log.propagate = ap_log.propagate, False  # the reason is printed below, once
+        try:
+            with apprise.LogCapture(level=logging.WARNING, fmt="%(message)s") as why:
+                res = t.apobj.notify(body="This is a test notification from coding-agent-exporter.",
+                                     title="coding-agent-exporter · test")
+        finally:
+            ap_log.propagate = propagate
         ok = bool(res)
         failed += not ok
         print(f"{'ok    ' if ok else 'FAILED'} {t.name}")
+        if not ok:
+            for line in why.getvalue().splitlines() or ["Apprise gave no reason"]:
+                print(f"       {line}")
     return 1 if failed else 0
 
 

@@ -93,7 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load(args.config_file)
     except ConfigError as e:
-        print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+        errors = e.errors
+        if len(errors) == 1:
+            print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+        else:
+            print(f"coding-agent-exporter: {len(errors)} configuration errors:", file=sys.stderr)
+            for line in errors:
+                print(f"  {line}", file=sys.stderr)
         return 2
     if args.command == "scan":
         return _scan(args, cfg)
@@ -136,8 +142,29 @@ def _hook(args) -> int:
     return 0
 
 
+def _scan_hint(args, cfg) -> str:
+    """Why a scan found no session, for the plain output."""
+    from pathlib import Path
+
+    from .discovery import walk_jsonl
+
+    files = []
+    for p in map(Path, args.paths):
+        files.extend([str(p)] if p.is_file() else walk_jsonl(p))
+    if not files:
+        return f"no .jsonl files under {' '.join(args.paths)}"
+    if args.provider:
+        return (f"no record of {len(files)} file(s) read as {args.provider} (--provider): are they that agent's "
+                "transcripts? Without --provider the agent comes from the folder or the records")
+    return (f"no session in {len(files)} file(s): they hold only subagent (sidechain) work, or no record a "
+            "session starts with; scan the folder of the parent session (Claude: <project>/<sessionId>.jsonl "
+            "next to <sessionId>/subagents/)")
+
+
 def _scan(args, cfg) -> int:
-    from .scan import format_row, print_progress, scan
+    import time
+
+    from .scan import format_table, print_progress, scan
 
     at = None
     if args.at:
@@ -155,23 +182,31 @@ def _scan(args, cfg) -> int:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
     out = sys.stdout
-    for row in rows:
-        if args.json:
+    if args.json:
+        for row in rows:
             out.write(orjson.dumps(row).decode() + "\n")
-        else:
-            out.write(format_row(row) + "\n")
+        return 0
+    if not rows:
+        print(f"hint: {_scan_hint(args, cfg)}", file=sys.stderr)
+        return 0
+    for line in format_table(rows, time.time() if at is None else at):
+        out.write(line + "\n")
+    if args.provider and not any(r["counters"]["events"] for r in rows):
+        print(f"hint: {_scan_hint(args, cfg)}", file=sys.stderr)
     return 0
 
 
 def _check(cfg) -> int:
-    from .sources import configured_roots
-
-    from .sources import describe_root
+    from .alerts import build_targets, describe_targets
+    from .sources import configured_roots, describe_root
+    from .store import PROVIDER_MODULES
 
     for prov, root in configured_roots(cfg):
         print(f"{prov}: {root} ({describe_root(prov, root)})")
-    from .alerts import build_targets, describe_targets
-
+    for prov in PROVIDER_MODULES:
+        if not getattr(cfg.sources, prov).enabled:
+            print(f"{prov}: disabled (sources.{prov}.enabled: false)")
+    print(f"state_dir: {cfg.resolved_state_dir()}")
     print(describe_targets(cfg))
     try:
         build_targets(cfg)

@@ -19,7 +19,12 @@ import yaml
 
 
 class ConfigError(Exception):
-    """A configuration problem; the message names the file and the key."""
+    """A configuration problem; the message names the file and the key.
+    ``errors`` lists every problem found (the message joins them by line)."""
+
+    def __init__(self, message: str, errors: list[str] | None = None):
+        super().__init__(message)
+        self.errors = errors or [message]
 
 
 @dataclass
@@ -140,7 +145,9 @@ class Config:
 _PROJECT_LABELS = ("basename", "full", "hashed", "none")
 
 
-def _build(cls, data, where: str, source: str):
+def _build(cls, data, where: str, source: str, errors: list[str]):
+    """Build ``cls`` from ``data``; every bad key or value is appended to
+    ``errors`` (its default is kept), so that one pass reports them all."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -150,26 +157,29 @@ def _build(cls, data, where: str, source: str):
     for key in data:
         if key not in names:
             path = f"{where}.{key}" if where else str(key)
-            raise ConfigError(f"{source}: {path}: unknown key (known: {', '.join(sorted(names))})")
+            errors.append(f"{source}: {path}: unknown key (known: {', '.join(sorted(names))})")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
         path = f"{where}.{f.name}" if where else f.name
-        kwargs[f.name] = _value(hints[f.name], data[f.name], path, source)
+        try:
+            kwargs[f.name] = _value(hints[f.name], data[f.name], path, source, errors)
+        except ConfigError as e:
+            errors.append(str(e))
     return cls(**kwargs)
 
 
-def _value(tp, value, path: str, source: str):
+def _value(tp, value, path: str, source: str, errors: list[str]):
     if dataclasses.is_dataclass(tp):
-        return _build(tp, value, path, source)
+        return _build(tp, value, path, source, errors)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         if value is None and type(None) in args:
             return None
         tp = next(a for a in args if a is not type(None))
-        return _value(tp, value, path, source)
+        return _value(tp, value, path, source, errors)
     if origin is list:
         if value is None:
             return []
@@ -204,21 +214,28 @@ def _value(tp, value, path: str, source: str):
 def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     """Build and validate a :class:`Config` from a parsed mapping.
 
-    Raises :class:`ConfigError` naming ``source`` and the dotted key.
+    Raises :class:`ConfigError` naming ``source`` and the dotted key of
+    every problem found, one per line.
     """
-    cfg = _build(Config, data, "", source)
+    errors: list[str] = []
+    try:
+        cfg = _build(Config, data, "", source, errors)
+    except ConfigError as e:  # the top level is not a mapping
+        raise ConfigError(str(e)) from None
     if cfg.metrics.project_label not in _PROJECT_LABELS:
-        raise ConfigError(f"{source}: metrics.project_label: must be one of {', '.join(_PROJECT_LABELS)}, "
-                          f"got {cfg.metrics.project_label!r}")
+        errors.append(f"{source}: metrics.project_label: must be one of {', '.join(_PROJECT_LABELS)}, "
+                      f"got {cfg.metrics.project_label!r}")
     if cfg.sources.poll_interval_seconds <= 0:
-        raise ConfigError(f"{source}: sources.poll_interval_seconds: must be greater than 0")
+        errors.append(f"{source}: sources.poll_interval_seconds: must be greater than 0")
     if cfg.sources.max_line_bytes < 1024:
-        raise ConfigError(f"{source}: sources.max_line_bytes: must be at least 1024")
+        errors.append(f"{source}: sources.max_line_bytes: must be at least 1024")
     if cfg.reducer.evaluation_interval_seconds <= 0:
-        raise ConfigError(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
+        errors.append(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
     for kind in cfg.alerts.tags:
         if kind not in ("completed", "error", "stalled", "waiting"):
-            raise ConfigError(f"{source}: alerts.tags.{kind}: unknown alert kind")
+            errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
+    if errors:
+        raise ConfigError("\n".join(errors), errors)
     return cfg
 
 
@@ -231,11 +248,12 @@ def load(path: str | os.PathLike | None) -> Config:
     if path is None:
         return Config()
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as f:  # a named stream: YAML errors name the file
+            data = yaml.safe_load(f)
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        data = yaml.safe_load(text)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     return from_mapping(data, str(path))

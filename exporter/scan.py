@@ -294,15 +294,31 @@ def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float |
     return rows, store
 
 
-def format_row(row: dict) -> str:
-    """One human-readable line per session."""
-    from datetime import datetime, timezone
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n:
+            return f"{seconds // n}{unit} ago"
+    return f"{seconds}s ago"
 
-    last = row["last_event_at"]
-    last_s = datetime.fromtimestamp(last, timezone.utc).isoformat(timespec="seconds") if last else "-"
-    how = row["evidence"] or row["error_kind"] or ""
-    return f"{row['provider']:<12} {row['session_id']:<38} {row['project'] or '-':<20} {row['state']:<11} " \
-           f"{how:<9} {last_s}"
+
+def format_table(rows: list[dict], now: float) -> list[str]:
+    """The plain ``scan`` output: a header row and one aligned row per
+    session; times are local (``YYYY-MM-DD HH:MM``) with their age at
+    ``now`` (Unix seconds)."""
+    from datetime import datetime
+
+    def when(t):
+        if not t:
+            return "-"
+        return f"{datetime.fromtimestamp(t).strftime('%Y-%m-%d %H:%M')} ({_ago(now - t)})"
+
+    table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT")]
+    for r in rows:
+        table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"],
+                      r["evidence"] or r["error_kind"] or "-", when(r["since"]), when(r["last_event_at"])))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
 
 
 def print_progress(msg: str) -> None:

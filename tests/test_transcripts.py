@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,11 +159,18 @@ def test_scan_human_output(layout):
     out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", str(root)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0
-    lines = out.stdout.splitlines()
+    header, *lines = out.stdout.splitlines()
+    assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT"]
     claude = [p for p in CC.glob("*.jsonl") if "subagent" not in p.name]
     # one line per session: the two 2.1.39 excerpts are one session, subagent files belong to it
     assert len(lines) == len(claude) - 1 + len(list(CX.glob("*.jsonl")))
     assert any("claude_code" in line and "completed" in line for line in lines)
+    # Aligned columns: each column starts where its header does.
+    for col in ("STATE", "LAST EVENT"):
+        i = header.index(col)
+        assert all(line[i - 2:i] == "  " and line[i] != " " for line in lines), col
+    # Readable times: local date and minutes, and the age.
+    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+[smhd] ago\)$", line) for line in lines), lines
 
 
 # -- reading in pieces equals reading whole -----------------------------------

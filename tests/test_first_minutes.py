@@ -1,0 +1,88 @@
+"""What a new user meets first: scan's hints, check-config listing every
+error with the effective state_dir and disabled providers, test-alert
+saying why a URL failed. All through the real command line."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from harness import CASES, ROOT, Receiver
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "coding_agent_exporter", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_scan_hint_for_only_subagent_files(tmp_path):
+    sub = tmp_path / "-home-dev-proj" / "c0de" / "subagents"
+    sub.mkdir(parents=True)
+    shutil.copy(CASES / "14_subagent_file_end_turn_subagent.jsonl", sub / "agent-a1.jsonl")
+    out = _cli("scan", str(tmp_path))
+    assert out.returncode == 0 and out.stdout == ""
+    assert "hint: no session in 1 file(s): they hold only subagent (sidechain) work" in out.stderr
+    # With the parent next to it, the session shows and no hint.
+    shutil.copy(CASES / "14_subagent_file_end_turn_parent_part1.jsonl", tmp_path / "-home-dev-proj" / "c0de.jsonl")
+    out = _cli("scan", str(tmp_path))
+    assert out.stdout.startswith("PROVIDER") and "hint:" not in out.stderr
+
+
+def test_scan_hint_for_a_provider_that_matched_nothing():
+    out = _cli("scan", "--provider", "codex", str(CASES / "15_rate_limit_error.jsonl"))
+    assert out.returncode == 0
+    assert "hint: no record of 1 file(s) read as codex (--provider)" in out.stderr
+    out = _cli("scan", "--provider", "claude_code", str(CASES / "15_rate_limit_error.jsonl"))
+    assert "hint:" not in out.stderr and "error" in out.stdout
+
+
+def test_check_config_reports_every_error(tmp_path):
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("sources:\n  poll_interval_seconds: soon\n  bogus: 1\nreducer:\n  stall_after_seconds: -5\n"
+                   "metrics:\n  project_label: weird\nalerts:\n  tags: {paged: x}\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2
+    assert "5 configuration errors" in out.stderr, out.stderr
+    for key in ("sources.poll_interval_seconds", "sources.bogus", "reducer.stall_after_seconds",
+                "metrics.project_label", "alerts.tags.paged"):
+        assert f"{cfg}: {key}: " in out.stderr, key
+
+
+def test_check_config_yaml_error_names_the_file(tmp_path):
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("sources:\n  a: [1\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2 and f'in "{cfg}", line 2' in out.stderr and "<unicode string>" not in out.stderr
+
+
+def test_check_config_prints_state_dir_and_disabled_providers(tmp_path):
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"sources:\n  codex:\n    enabled: false\nstate_dir: {tmp_path / 'st'}\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert f"state_dir: {tmp_path / 'st'}" in out.stdout
+    assert "codex: disabled (sources.codex.enabled: false)" in out.stdout
+    # The default state_dir is the platform's (platformdirs honours XDG_STATE_HOME).
+    import os
+
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "xdg")}
+    out = _cli("check-config", env=env)
+    assert f"state_dir: {tmp_path / 'xdg' / 'coding-agent-exporter'}" in out.stdout
+
+
+def test_test_alert_prints_apprise_reason(tmp_path):
+    ok = Receiver()
+    bad = Receiver(fail_first=100)
+    try:
+        cfg = tmp_path / "config.yml"
+        cfg.write_text(f"alerts:\n  urls: ['{ok.url}', '{bad.url}']\n  retry: {{attempts: 1}}\n")
+        out = _cli("test-alert", "--config.file", str(cfg))
+    finally:
+        ok.close()
+        bad.close()
+    assert out.returncode == 1
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("ok ") and lines[1].startswith("FAILED ")
+    assert "error=500" in lines[2] and "Internal server error" in lines[2], out.stdout
+    assert len(ok.messages) == 1
