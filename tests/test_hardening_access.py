@@ -445,7 +445,7 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
     assert not any(SECRET in p or "hunter2" in p for p in pages), [p for p in pages if SECRET in p][:1]
     assert SECRET not in exp.log(), [line for line in exp.log().splitlines() if SECRET in line][:3]
     # The log did say something about these sessions: each page decision.
-    assert exp.log().count("page sent") == 4, exp.log()[-3000:]
+    assert exp.log().count("page sent") == len(receiver.messages) >= 4, exp.log()[-3000:]
     bodies = json.dumps(receiver.messages)
     assert SECRET not in bodies
     for f in (tmp_path / "state").iterdir():
