@@ -32,8 +32,10 @@ WORKDIR /var/lib/coding-agent-exporter
 VOLUME ["/var/lib/coding-agent-exporter"]
 
 EXPOSE 9877
+# Works with --web.config.file too: it tries HTTP, then HTTPS, and takes a
+# 401 (basic auth on) as the server answering (exporter/healthcheck.py).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9877/-/healthy', timeout=4)"]
+    CMD ["python", "-m", "coding_agent_exporter.healthcheck", "127.0.0.1:9877"]
 
 ENTRYPOINT ["coding-agent-exporter"]
 CMD ["run", "--config.file=/etc/coding-agent-exporter/config.yml", "--web.listen-address=0.0.0.0:9877"]

@@ -176,6 +176,35 @@ def test_tls_and_basic_auth(tls_exporter):
             assert tls.version() in ("TLSv1.2", "TLSv1.3")
 
 
+def _healthcheck(port: int) -> int:
+    """The image's HEALTHCHECK command, as the Dockerfile runs it."""
+    return subprocess.run([sys.executable, "-m", "coding_agent_exporter.healthcheck", f"127.0.0.1:{port}"],
+                          capture_output=True, timeout=30).returncode
+
+
+def test_container_healthcheck_with_tls_and_basic_auth(tls_exporter, tmp_path):
+    exp, _base, _ctx, _certs = tls_exporter
+    assert _healthcheck(exp.port) == 0  # TLS and basic auth on: 401 over https is a server answering
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()}}))
+    plain = Daemon(tmp_path, extra_args=["--web.config.file", str(web)])
+
+    def answers() -> bool:
+        try:
+            return _get(f"http://127.0.0.1:{plain.port}/-/ready", timeout=2)[0] == 401
+        except OSError:
+            return False
+    plain.ready_check = answers
+    try:
+        plain.start()
+        assert _healthcheck(plain.port) == 0  # basic auth over plain HTTP: 401
+    finally:
+        plain.stop()
+    assert _healthcheck(plain.port) == 1  # nothing listening
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert '"-m", "coding_agent_exporter.healthcheck"' in dockerfile
+
+
 def test_plain_http_and_old_tls_refused(tls_exporter):
     exp, base, ctx, _certs = tls_exporter
     with pytest.raises((OSError, urllib.error.URLError)):
