@@ -129,10 +129,14 @@ def interpolate(value: str, env: dict[str, str]) -> str:
 
 
 def _volumes(service: dict, env: dict[str, str]) -> list[tuple[str, str, bool]]:
-    """(source, target, read_only) of a service's short-syntax volumes."""
+    """(source, target, read_only) of a service's volumes (short syntax, or
+    long bind syntax, which must not let Docker create a missing source)."""
     out = []
     for v in service.get("volumes", []):
-        assert isinstance(v, str), f"use the short volume syntax: {v!r}"
+        if isinstance(v, dict):
+            assert v["type"] == "bind" and v["bind"]["create_host_path"] is False, v
+            out.append((interpolate(v["source"], env), v["target"], v.get("read_only") is True))
+            continue
         parts = interpolate(v, env).split(":")
         assert len(parts) in (2, 3), v
         src, dst = parts[0], parts[1]
@@ -322,6 +326,22 @@ def test_compose_prometheus_matches_config(compose):
         in_container = os.path.normpath(os.path.join(config_dir, rf))
         src, _, _, rest = _mounted(in_container, mounts)
         assert (_repo_path(src) / rest).resolve() == RULES
+
+
+def test_compose_pins_the_tested_prometheus_and_guards_transcript_mounts(compose):
+    """Compose runs the Prometheus version the rules and queries are tested
+    with here (Debian's package), and never lets Docker create a missing
+    transcript folder (it would be root-owned)."""
+    image = compose["services"]["prometheus"]["image"]
+    m = re.fullmatch(r"prom/prometheus:v(\d+\.\d+\.\d+)", image)
+    assert m, image
+    out = subprocess.run([_need("prometheus"), "--version"], capture_output=True, text=True)
+    tested = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr)
+    assert tested and tested.group(1) == m.group(1), (image, out.stdout + out.stderr)
+    assert f"v{m.group(1)}" in (REPO / "docs" / "deploy.md").read_text()
+    binds = [v for v in compose["services"]["exporter"]["volumes"] if isinstance(v, dict)]
+    assert {v["target"] for v in binds} == {"/data/claude/projects", "/data/codex/sessions"}
+    assert all(v["bind"]["create_host_path"] is False and v["read_only"] is True for v in binds)
 
 
 def test_compose_grafana_provisioning(compose):
