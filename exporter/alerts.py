@@ -431,8 +431,8 @@ class Alerter:
             if p.remaining:
                 p.attempt += 1
                 if p.attempt >= retry.attempts:
-                    self._decided(p.session, p.turn, p.kind, f"delivery failed {p.attempt} times (alerts.retry.attempts)",
-                                  level=logging.ERROR)
+                    self._decided(p.session, p.turn, p.kind,
+                                  f"delivery failed {p.attempt} times (alerts.retry.attempts)", level=logging.ERROR)
                     self.pending.pop(p.key, None)
                     with self._lock:
                         self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "failed", "at": time.time()}
