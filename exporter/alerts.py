@@ -364,7 +364,8 @@ class Alerter:
                 del self.pending[key]
                 with self._lock:
                     self.ledger.pop(key, None)
-                self._decided(p.session, p.turn, p.kind, f"superseded within alerts.settle_seconds (now {cur.state})")
+                self._decided(p.session, p.turn, p.kind,
+                              f"superseded within alerts.settle_seconds (now {cur.state})")
                 continue
             tag = self.a.tags.get(p.kind, p.kind)
             p.remaining = [i for i, t in enumerate(self.targets) if t.wants(tag)]
