@@ -109,6 +109,10 @@ class Event:
             (a ``Stop`` hook). Assistant output of the same turn that is
             flushed to the transcript after it does not reopen the turn;
             only a new prompt, tool work or a wait does.
+        replayed: the record is a copy of earlier history (a resumed Claude
+            session's file repeats the records of the session it resumed,
+            which still name that session): it moves the state like any
+            record but is never news, so it never pages.
     """
 
     kind: Kind
@@ -131,3 +135,4 @@ class Event:
     reason: str | None = None
     tool: str | None = None
     final: bool = False
+    replayed: bool = False

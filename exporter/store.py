@@ -259,7 +259,7 @@ class SessionStore:
         s.seen.add(ident)
         s.seq += 1
         s.counters.events += 1
-        s.reducer.apply(ev, s.seq, live, key)
+        s.reducer.apply(ev, s.seq, live and not ev.replayed, key)
 
     def _bind(self, f: _File, ev) -> Session | None:
         """Attach a file to its session once its first record is known."""

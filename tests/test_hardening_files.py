@@ -135,15 +135,16 @@ def test_deleted_and_recreated(live):
 
 def test_renamed_and_moved(live):
     exp = live
-    # Claude: the same records under another session file name
-    cc = ClaudeSession("renm0000-0000-4000-8000-000000000001")
+    # Claude: the same records under another session file name (real session ids are UUIDs: the
+    # records naming the old one are a copy, not news)
+    cc = ClaudeSession("4e0e0000-0000-4000-8000-000000000001")
     path = claude_path(exp.root, cc.sid)
     write(path, turn(cc))
     exp.wait_state(cc.sid, "completed")
     pages(exp, cc.sid, 1)
-    other = path.with_name("renm0000-0000-4000-8000-0000000000ff.jsonl")
+    other = path.with_name("4e0e0000-0000-4000-8000-0000000000ff.jsonl")
     os.rename(path, other)
-    exp.wait_state("renm0000-0000-4000-8000-0000000000ff", "completed")
+    exp.wait_state("4e0e0000-0000-4000-8000-0000000000ff", "completed")
     wait_for(lambda: exp.state(cc.sid) is None, what="the old name gone")
     # Codex: a rollout moved to another day's folder stays the same session
     cx = CodexSession("0196bbbb-0000-7000-8000-000000000001")
@@ -161,7 +162,7 @@ def test_renamed_and_moved(live):
     write(moved, cx.call() + cx.answer() + cx.complete())
     exp.wait_state(cx.sid, "completed")
     pages(exp, cx.sid, 2)
-    assert len(alerts_for(exp.receiver, "renm0000-0000-4000-8000-0000000000ff")) == 0  # no page for a rename
+    assert len(alerts_for(exp.receiver, "4e0e0000-0000-4000-8000-0000000000ff")) == 0  # no page for a rename
     assert len(alerts_for(exp.receiver, cc.sid)) == 1
     healthy(exp)
 

@@ -193,7 +193,7 @@ class FileDecoder:
     ``sidechain_file`` marks every record of a subagent file as sidechain.
     ``file_session``: the session the file is named for; records of a main
     file that name another (UUID) session are copies a resumed session made
-    of earlier history, never news. Keeps the start time of the current
+    of earlier history: they set the state, but are never news (``replayed``). Keeps the start time of the current
     main-thread turn so that an assistant text line can say whether a
     ``turn_duration`` record will still follow.
     """
@@ -221,8 +221,7 @@ class FileDecoder:
         )
         if (self._file_session and ev.session_id and ev.session_id != self._file_session
                 and not self.sidechain_file and not ev.sidechain):
-            ev.detail = "copied_history"  # a resumed session's copy of earlier records
-            return ev
+            ev.replayed = True  # a resumed (or renamed) session's copy of earlier records: history
         if rtype == "assistant":
             self._assistant(obj, ev)
         elif rtype == "user":
