@@ -82,7 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["run", *argv]
-    args = build_parser().parse_args(argv)
+    if argv[0] == "hook":
+        # An agent runs this as its hook: an exit other than 0 would block
+        # the agent (exit 2 denies a tool or keeps a Stop going), so even a
+        # bad option is only reported on stderr.
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:
+            return 0 if e.code in (0, None) else _hook_usage_error()
+    else:
+        args = build_parser().parse_args(argv)
     if args.command == "hooks":  # needs neither the config file nor logging
         from .hooksetup import main as hooks_main
 
@@ -112,6 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, cfg)
 
 
+def _hook_usage_error() -> int:
+    print("coding-agent-exporter hook: bad options (above); the event was not delivered. "
+          "An agent's hook must never fail, so this exits 0.", file=sys.stderr)
+    return 0
+
+
 def _hook(args) -> int:
     """The ``hook`` command: an agent's hook runs it with the event's JSON on
     stdin. It must never slow down or break the agent, so it prints nothing
@@ -119,7 +134,7 @@ def _hook(args) -> int:
     event under ``state_dir`` when the exporter cannot be reached, and exits
     0 whatever happens."""
     try:
-        from .hooks import send
+        from .hooks import redact_url, send
 
         try:
             cfg = load(args.config_file)
@@ -136,7 +151,7 @@ def _hook(args) -> int:
         outcome = send(args.agent, body, args.url, cfg.resolved_state_dir(), timeout=args.timeout,
                        max_body_bytes=limit)
         if outcome != "sent":
-            log.info("hook: event %s (%s)", outcome, args.url)
+            log.info("hook: event %s (%s)", outcome, redact_url(args.url))
     except Exception as e:  # noqa: BLE001 - a hook must never fail the agent
         log.warning("hook: %s", e)
     return 0

@@ -194,13 +194,18 @@ class Daemon:
         """Apply the hook events received since the last round, in arrival
         order. The transcript a hook names is read first (when it lies under
         a configured root), so the hook is ordered after every record written
-        before it ran. True when there were any."""
+        before it ran. A hook for a session no transcript told of is taken
+        only when its transcript lies under a configured root: anything else
+        (a session this exporter does not follow, a made-up id) is counted
+        and dropped, so it can neither page nor linger. True when there were
+        any."""
         items = self.hooks.take()
         for d in items:
             path = d.transcript_path
-            if path and ".." not in Path(path).parts and self._root_of(path) is not None:
+            ours = bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
+            if ours:
                 self._read(path, live=True)
-            self.store.apply_hook(d)
+            self.store.apply_hook(d, may_create=ours)
         return bool(items)
 
     def _backfill(self) -> None:

@@ -32,8 +32,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import orjson
-
+from .decode import LineError, decode_line
 from .events import Event
 from .providers import claude_code, codex
 
@@ -83,7 +82,13 @@ class HookDelivery:
 
 def _str(obj: dict, key: str, limit: int = 4096) -> str | None:
     v = obj.get(key)
-    return v if isinstance(v, str) and 0 < len(v) <= limit and "\x00" not in v else None
+    if not (isinstance(v, str) and 0 < len(v) <= limit and "\x00" not in v):
+        return None
+    try:
+        v.encode("utf-8")  # no lone surrogate: these become labels, paths and page titles
+    except UnicodeEncodeError:
+        return None
+    return v
 
 
 def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
@@ -94,11 +99,11 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
     if mod is None:
         raise HookError("unknown_agent")
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise HookError("invalid_json") from None
-    if not isinstance(obj, dict):
-        raise HookError("not_object")
+        obj = decode_line(body)  # the transcripts' decoder: lone surrogates (text cut in an emoji) kept
+    except LineError as e:
+        raise HookError("not_object" if e.reason == "not_object" else "invalid_json") from None
+    if obj is None:
+        raise HookError("invalid_json")
     sid = _str(obj, "session_id", _MAX_ID_CHARS)
     if sid is not None and not sid.isprintable():
         sid = None
@@ -215,6 +220,17 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
     except (OSError, ValueError):
         pass
     return "spooled" if spool(state_dir, provider, body, at) else "dropped"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    host = rest.split("/", 1)
+    if "@" in host[0]:
+        host[0] = "***@" + host[0].rsplit("@", 1)[1]
+    return (scheme + sep if sep else "") + "/".join(host)
 
 
 def _target(url: str, provider: str) -> tuple[str, dict]:

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_URL = "http://127.0.0.1:9877"
 AGENTS = ("claude_code", "codex")
@@ -83,9 +84,22 @@ def hook_command(agent: str, url: str, config_file: str | None = None) -> str:
     return shlex.join([*argv, "hook", "--agent", agent, "--url", url, *extra])
 
 
+#: Environment variable a Claude Code HTTP hook takes its basic-auth token from.
+AUTH_ENV = "CODING_AGENT_EXPORTER_HOOK_AUTH"
+
+
 def _handler(agent: str, url: str, command: bool, config_file: str | None) -> dict:
     if agent == "claude_code" and not command:
-        return {"type": "http", "url": f"{url.rstrip('/')}/hooks/{agent}", "timeout": HTTP_TIMEOUT_S}
+        parts = urlsplit(url)
+        handler = {"type": "http", "timeout": HTTP_TIMEOUT_S}
+        if parts.username is not None:
+            # No password in the settings file: Claude Code puts the header
+            # together from the agent's environment (allowedEnvVars).
+            url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+            handler["headers"] = {"Authorization": f"Basic ${AUTH_ENV}"}
+            handler["allowedEnvVars"] = [AUTH_ENV]
+        handler["url"] = f"{url.rstrip('/')}/hooks/{agent}"
+        return handler
     return {"type": "command", "command": hook_command(agent, url, config_file), "timeout": COMMAND_TIMEOUT_S}
 
 
@@ -216,8 +230,33 @@ def add_parser(sub) -> None:
                            help="settings file (default: ~/.claude/settings.json or ~/.codex/hooks.json)")
 
 
+def check_url(url: str) -> str | None:
+    """Why ``url`` cannot be the exporter's address (``http(s)://[user:password@]host:port``), or None."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a bad port
+    except ValueError as e:
+        return str(e)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "expected http(s)://HOST:PORT, e.g. http://127.0.0.1:9877"
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        return "give the exporter's address only (no path): /hooks/<agent> is added"
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``hooks print|install``; exit status 0, or 2 with a message on stderr."""
+    problem = check_url(args.url)
+    if problem:
+        print(f"coding-agent-exporter: --url {args.url!r}: {problem}", file=sys.stderr)
+        return 2
+    if args.config_file and not Path(args.config_file).expanduser().is_file():
+        print(f"coding-agent-exporter: --config.file {args.config_file}: no such file (the hook command would "
+              "spool where the exporter never looks)", file=sys.stderr)
+        return 2
+    if urlsplit(args.url).username is not None and args.agent == "claude_code" and not args.use_command:
+        print(f"note: the password is not written to the settings file; set {AUTH_ENV} to the base64 of "
+              "user:password in Claude Code's environment", file=sys.stderr)
     if args.hooks_command == "print":
         sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file)))
         return 0

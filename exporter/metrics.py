@@ -22,8 +22,8 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
                "PermissionDenied", "UserPromptSubmit", "Stop", "StopFailure", "SubagentStop", "SessionStart",
                "SessionEnd", "other")
 #: Why a hook delivery was refused or skipped.
-HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unreadable_spool",
-                      "expired")
+HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
+                      "unreadable_spool", "expired")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
 ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")

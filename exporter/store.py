@@ -303,17 +303,23 @@ class SessionStore:
         return s
 
     # -- hooks -------------------------------------------------------------
-    def apply_hook(self, d) -> Session | None:
+    def apply_hook(self, d, may_create: bool = True) -> Session | None:
         """Apply one :class:`~.hooks.HookDelivery` (always news). It joins
         its session by ``transcript_path`` (the file's session, a subagent
         rollout's parent included), else by ``session_id``; a session no
-        transcript told of yet is made from the hook. Returns the session,
-        or None when the delivery changes no state."""
+        transcript told of yet is made from the hook only when
+        ``may_create`` (its transcript lies under a watched root, so the
+        agent is about to write it); otherwise the delivery is counted as
+        ``unknown_session`` and dropped. Returns the session, or None when
+        the delivery changes no state."""
         ev = d.event
         with self._lock:
             f = self.files.get(d.transcript_path) if d.transcript_path else None
             s = f.session if f is not None else None
-            if s is None and d.session_id is None:
+            if s is None and d.session_id is not None:
+                s = self.sessions.get((d.provider, d.session_id))
+            if s is None and (d.session_id is None or not may_create):
+                self.metrics.hook_errors.labels("unknown_session").inc()
                 return None
             if s is None:
                 s = self._session(d.provider, d.session_id)

@@ -231,7 +231,10 @@ def hooks_app(inbox, max_body_bytes: int):
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = -1
-        if length < 0 or length > max_body_bytes:
+        if length < 0:
+            inbox.metrics.hook_errors.labels("invalid_json").inc()
+            return reply(start_response, "400 Bad Request", b"bad Content-Length\n")
+        if length > max_body_bytes:
             inbox.metrics.hook_errors.labels("too_large").inc()
             if 0 < length <= _DRAIN_MAX_BYTES:  # read and drop it, so the client gets to see the 413
                 stream = environ["wsgi.input"]

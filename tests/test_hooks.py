@@ -286,3 +286,46 @@ def test_transcript_question_pages_once_then_one_reminder(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_unknown_sessions_dropped_and_cut_emoji_kept(exp):
+    """A hook for a session this exporter does not follow (no transcript of
+    it under a watched root) neither pages nor lingers; a body with a lone
+    surrogate escape (text cut inside an emoji, as Claude Code writes it)
+    is still a hook event."""
+    for n in range(3):
+        body = {"session_id": f"ghost{n}", "cwd": "/home/dev/ghost", "hook_event_name": "Stop",
+                "transcript_path": f"/elsewhere/ghost{n}.jsonl"}
+        assert post(exp, "claude_code", body)[0] == 200
+    path = claude_path(exp.root, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    exp.wait_state(SID, "working")
+    raw = json.dumps(claude_hook("Stop", path, stop_hook_active=False, last_assistant_message="XX"))
+    status, _ = post(exp, "claude_code", raw.replace('"XX"', '"cut emoji \\ud83d"').encode())
+    assert status == 200
+    exp.wait_state(SID, "completed", timeout=5)
+    wait_for(lambda: len(exp.receiver.messages) == 1, what="one page, for the real session")
+    time.sleep(1.5)
+    assert len(exp.receiver.messages) == 1 and f"Session: {SID}" in exp.receiver.messages[0]["message"]
+    assert exp.value("coding_agent_hook_errors_total", reason="unknown_session") == 3
+    assert exp.state("ghost0") is None
+
+
+def test_hook_command_never_fails_the_agent(tmp_path):
+    """Whatever its options, the ``hook`` command exits 0 with nothing on
+    stdout (exit 2 would make the agent deny a tool or keep a Stop going),
+    and never logs the password of a ``user:password@`` URL."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {tmp_path / 'state'}\n")
+    for args in (["--agent", "gemini"], [], ["--agent", "codex", "--timeout", "soon"], ["--bogus"]):
+        r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", *args], input=b"{}",
+                           capture_output=True, cwd=ROOT, timeout=30)
+        assert (r.returncode, r.stdout) == (0, b""), args
+    r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", "codex", "--url",
+                        "http://alice:s3cret-pw@127.0.0.1:9", "--config.file", str(cfg), "--log.level", "debug"],
+                       input=b'{"session_id": "x", "hook_event_name": "Stop"}', capture_output=True, cwd=ROOT,
+                       timeout=30)
+    assert (r.returncode, r.stdout) == (0, b"")
+    assert b"spooled" in r.stderr and b"s3cret-pw" not in r.stderr and b"alice" not in r.stderr

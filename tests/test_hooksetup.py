@@ -62,6 +62,7 @@ def test_print_codex_is_command_hooks_only_with_no_extra_root_keys():
 
 def test_print_passes_the_config_file_on_to_the_hook_command(tmp_path: Path):
     cfg = tmp_path / "exporter config.yml"
+    cfg.write_text("state_dir: /tmp/x\n")
     r = cli("print", "--agent", "codex", "--config.file", str(cfg))
     assert r.returncode == 0, r.stderr
     for event in CODEX_EVENTS:
@@ -153,3 +154,31 @@ def test_install_refuses_hooks_of_another_shape(tmp_path: Path):
     assert r.returncode == 2
     assert "hooks.Stop" in r.stderr and "Traceback" not in r.stderr
     assert f.read_text() == odd
+
+
+def test_bad_url_or_config_file_refused(tmp_path):
+    """A --url that is not http(s)://host:port, or a --config.file that does
+    not exist, is refused (exit 2) instead of being written into hooks that
+    could never reach the exporter."""
+    import subprocess
+    import sys
+
+    for extra in (["--url", "127.0.0.1:9877"], ["--url", "ftp://x"], ["--url", "http://h:1/x"],
+                  ["--config.file", str(tmp_path / "missing.yml")]):
+        r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "print", "--agent", "codex",
+                            *extra], capture_output=True, timeout=30)
+        assert r.returncode == 2 and r.stdout == b"", extra
+
+
+def test_claude_http_hook_with_basic_auth_keeps_the_password_out():
+    """With ``user:password@`` in the URL, Claude Code's HTTP hooks get an
+    Authorization header from an environment variable, not the password."""
+    from coding_agent_exporter.hooksetup import AUTH_ENV, hooks_block
+
+    block = hooks_block("claude_code", "http://alice:pw@127.0.0.1:9877")
+    for groups in block["hooks"].values():
+        handler = groups[0]["hooks"][0]
+        assert handler["url"] == "http://127.0.0.1:9877/hooks/claude_code"
+        assert handler["headers"] == {"Authorization": f"Basic ${AUTH_ENV}"}
+        assert handler["allowedEnvVars"] == [AUTH_ENV]
+        assert "pw" not in json.dumps(handler)
