@@ -315,8 +315,11 @@ def format_table(rows: list[dict], now: float) -> list[str]:
 
     table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT")]
     for r in rows:
-        table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"],
-                      r["evidence"] or r["error_kind"] or "-", when(r["since"]), when(r["last_event_at"])))
+        wait = r.get("waiting_for") or {}
+        how = r["evidence"] or r["error_kind"] or (
+            f"{wait.get('reason')}" + (f" ({wait['tool']})" if wait.get("tool") else "") if wait else "-")
+        table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"], how,
+                      when(r["since"]), when(r["last_event_at"])))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
 
