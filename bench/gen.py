@@ -531,6 +531,46 @@ def huge_line(out: Path, line_bytes: int, seed: int = 13) -> dict:
     return meta
 
 
+def _session_of(out: Path, p: Path) -> str:
+    """The session a corpus file belongs to (a Claude session file and its
+    subagent folder; a Codex rollout alone)."""
+    rel = p.relative_to(out).parts
+    if "subagents" in rel:
+        return "/".join(rel[:rel.index("subagents")])
+    return "/".join(rel)[: -len(".jsonl")]
+
+
+def history(out: Path, total_bytes: int, recent_share: float = 0.01, seed: int = 7) -> dict:
+    """A heavy history: the mixed corpus of ``total_bytes`` (see
+    :func:`corpus`), whose files are dated (``mtime``) 2–60 days ago except
+    whole sessions holding about ``recent_share`` of the bytes, dated within
+    the last minute. Dates are set again at every call (the corpus itself is
+    reused). Returns the corpus meta plus ``recent_bytes``, ``recent_files``
+    and ``recent_sessions`` (their corpus-relative names)."""
+    meta = corpus(out, total_bytes, seed=seed)
+    groups: dict[str, list[Path]] = {}
+    for p in sorted(out.rglob("*.jsonl")):
+        groups.setdefault(_session_of(out, p), []).append(p)
+    rng = random.Random(seed + 1)
+    names = sorted(groups)
+    rng.shuffle(names)
+    total = sum(p.stat().st_size for ps in groups.values() for p in ps)
+    now = datetime.now(timezone.utc).timestamp()
+    recent, recent_bytes = [], 0
+    for name in names:
+        size = sum(p.stat().st_size for p in groups[name])
+        if recent_bytes + size <= recent_share * total * 1.2 and recent_bytes < recent_share * total:
+            recent.append(name)
+            recent_bytes += size
+            t = now - rng.uniform(1, 50)
+        else:
+            t = now - rng.uniform(2 * 86400, 60 * 86400)
+        for p in groups[name]:
+            os.utime(p, (t, t))
+    return {**meta, "recent_bytes": recent_bytes, "recent_sessions": sorted(recent),
+            "recent_files": sum(len(groups[n]) for n in recent), "bytes_total": total}
+
+
 def line_stats(root: Path) -> dict:
     """Lines, bytes, mean and largest line of every ``*.jsonl`` under ``root``."""
     lines = nbytes = biggest = 0

@@ -44,6 +44,9 @@ class Sources:
     poll_interval_seconds: float = 2.0
     #: Longer lines are skipped (counted as oversized), never held in memory.
     max_line_bytes: int = 16 * 1024 * 1024
+    #: At start-up, files not written for ``metrics.session_ttl_seconds`` are
+    #: history: followed from their end, not decoded. False reads everything.
+    skip_history: bool = True
 
 
 @dataclass

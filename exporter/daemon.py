@@ -23,7 +23,7 @@ from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store
 from .sources import configured_roots, describe_root
-from .store import Transition
+from .store import PROVIDER_MODULES, Transition
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,14 @@ def _stat_key(st: os.stat_result) -> tuple:
     """What must change before a file that could not be read is tried again
     (a chmod changes ``st_ctime_ns``)."""
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
+
+
+def _size(n: int) -> str:
+    """Bytes for a log line: ``512 B``, ``3.4 kB``, ``12.0 MB``, ``1.73 GB``."""
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= div:
+            return f"{n / div:.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{n} B"
 
 
 def _valid_checkpoint(data: dict) -> bool:
@@ -223,13 +231,23 @@ class Daemon:
         for prov, root in self.roots:
             if root.is_dir():
                 files.extend((p, prov, root) for p in walk_jsonl(root))
-        total, done, last_note = len(files), 0, started
+        files, history = self._split_history(files)
+        skipped = skipped_files = 0
+        for path, prov, root in history:
+            n = self.store.skip(path, prov, root)
+            if n is None:
+                files.append((path, prov, root))
+            else:
+                skipped += n
+                skipped_files += 1
+        total, done, last_note, read = len(files), 0, started, 0
         for path, prov, root in files:
             if self._stop.is_set():
                 break
             if self.store.track(path, prov, root):
                 self._read(path, live=False, until=self._resume_offset(path))
                 self._read(path, live=True)
+                read += self.store.files[path].tailer.offset if path in self.store.files else 0
             done += 1
             if time.monotonic() - last_note > 5:
                 last_note = time.monotonic()
@@ -242,8 +260,38 @@ class Daemon:
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
         self._backfilled = True
-        log.info("start-up scan done: %d files, %d sessions in %.1f s", total, len(self.store.sessions),
-                 time.monotonic() - started)
+        took = time.monotonic() - started
+        log.info("start-up scan done in %.2f s: read %d files (%s), skipped %d files (%s) as history "
+                 "(not written for %g s); %d sessions", took, total, _size(read), skipped_files, _size(skipped),
+                 self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
+
+    def _split_history(self, files: list) -> tuple[list, list]:
+        """``(to read, history)``: with ``sources.skip_history``, files not
+        written for ``metrics.session_ttl_seconds`` are history — their
+        sessions would expire at once and nothing in them is news — unless
+        another file of the same session (by the path: a Claude session and
+        its subagents) was written since."""
+        horizon = self.cfg.metrics.session_ttl_seconds
+        if not (self.cfg.sources.skip_history and horizon):
+            return files, []
+        cutoff = time.time() - horizon
+        old, new, recent = [], [], set()
+        for path, prov, root in files:
+            try:
+                mtime = os.stat(path).st_mtime
+            except OSError:
+                mtime = cutoff  # let the reader say what is wrong
+            role = PROVIDER_MODULES[prov].classify_path(root, Path(path))
+            key = (prov, role[0]) if role is not None and role[0] is not None else None
+            if mtime < cutoff:
+                old.append((path, prov, root, key))
+            else:
+                new.append((path, prov, root))
+                recent.add(key)
+        history = []
+        for path, prov, root, key in old:
+            (new if key is not None and key in recent else history).append((path, prov, root))
+        return new, history
 
     def _resume_offset(self, path: str) -> int | None:
         """Where the previous run stopped reading ``path`` (None: the whole

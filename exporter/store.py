@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .decode import LineError, decode_line
-from .events import Kind
+from .events import SIGNIFICANT, Kind
 from .metrics import Metrics
 from .providers import claude_code, codex
 from .reducer import SessionReducer, Status, Timing
@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 #: Longer (or unprintable) session ids are replaced by a digest in labels.
 MAX_ID_CHARS = 128
+#: Bytes at the end of a history file decoded to learn its last record.
+HISTORY_TAIL_BYTES = 16 << 10
+#: Bytes of a history file's first line read when the provider names the
+#: session there (Codex ``session_meta``).
+HISTORY_HEAD_BYTES = 1 << 20
 
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
 
@@ -42,6 +47,11 @@ def project_label(cwd: str | None, mode: str) -> str:
     if mode == "hashed":
         return hashlib.sha256(cwd.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return cwd.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _line_digest(line: bytes) -> str:
+    """Identity of a record the provider names none for (Codex): its bytes."""
+    return hashlib.blake2b(line, digest_size=12).hexdigest()
 
 
 @dataclass
@@ -77,7 +87,7 @@ class Session:
 
 class _File:
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live")
+                 "failing", "first_live", "head")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -90,6 +100,10 @@ class _File:
         self.last_ts: float | None = None
         self.failing = False  # the last read failed (logged once until it recovers)
         self.first_live: bool | None = None  # liveness of a first read that failed
+        #: The file's ``SESSION`` event (Codex ``session_meta``): binds the
+        #: file to its session again after the session expired, or when the
+        #: file was skipped as history.
+        self.head = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +138,12 @@ class SessionStore:
         #: the daemon marks as news (``live``) the endings of sessions its
         #: previous run left open.
         self.news = None
+        #: Identities of the records that end the last turn of every file
+        #: skipped as history (its trailing main-thread output, end markers,
+        #: errors, waits): a resumed or forked session that replays one
+        #: (Claude Code's resume copies the conversation, uuids included)
+        #: would decide its state with old news, which must not page.
+        self.history: set = set()
 
     # -- files -------------------------------------------------------------
     def track(self, path: str, provider: str, root: Path | None = None) -> bool:
@@ -139,6 +159,56 @@ class SessionStore:
         self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
         self.metrics.files_watched.labels(provider).inc()
         return True
+
+    def skip(self, path: str, provider: str, root: Path | None = None) -> int | None:
+        """Follow ``path`` from its end without decoding it (history, see
+        ``sources.skip_history``). Decoded: the first record where the
+        provider names the session there (``SESSION_IN_FIRST_RECORD``: Codex
+        ``session_meta`` gives the id, cwd, subagent parent and fork point),
+        and the records ending the last turn within the last
+        ``HISTORY_TAIL_BYTES`` (their identities go to :attr:`history`). Returns the bytes skipped, or
+        None when the file is no transcript or cannot be read (the caller
+        then reads it as usual)."""
+        if not self.track(path, provider, root):
+            return None
+        f = self.files[path]
+        try:
+            tail = f.tailer.skip_to_end(HISTORY_TAIL_BYTES)
+            if f.provider.SESSION_IN_FIRST_RECORD:
+                with open(path, "rb") as fh:
+                    first = fh.readline(HISTORY_HEAD_BYTES)
+        except OSError:
+            f.tailer = Tailer(path, self.max_line_bytes)
+            return None
+        if f.provider.SESSION_IN_FIRST_RECORD and first.endswith(b"\n"):
+            try:
+                obj = decode_line(first[:-1])
+                ev = f.decoder.project(obj) if obj else None
+            except Exception:  # LineError, or a shape the provider did not foresee: no head
+                ev = None
+            if ev is not None and ev.kind == Kind.SESSION:
+                f.head = ev
+        self._remember_tail(f, tail)
+        return f.tailer.offset
+
+    def _remember_tail(self, f: _File, tail: bytes) -> None:
+        lines = tail.split(b"\n")[:-1]
+        if len(tail) >= HISTORY_TAIL_BYTES:
+            lines = lines[1:]  # the first may be the end of a longer line
+        dec = f.provider.FileDecoder(sidechain_file=f.sidechain)
+        marked = 0
+        for line in reversed(lines[-64:]):
+            try:
+                obj = decode_line(line)
+                ev = dec.project(obj) if obj else None
+            except Exception:
+                continue
+            if ev is None or ev.kind not in SIGNIFICANT or ev.sidechain:
+                continue
+            if ev.kind in (Kind.START, Kind.WORK) or marked == 8:
+                return  # the records that could end the last turn are behind
+            self.history.add(ev.ident if ev.ident is not None else _line_digest(line))
+            marked += 1
 
     def forget(self, path: str) -> None:
         """Stop following a file that disappeared."""
@@ -237,9 +307,11 @@ class SessionStore:
             ev.ts = f.last_ts
         elif f.last_ts is None or ev.ts > f.last_ts:
             f.last_ts = ev.ts
-        s = f.session or self._bind(f, ev)
+        if ev.kind == Kind.SESSION and f.head is None:
+            f.head = ev
+        s = f.session
         if s is None:
-            return
+            s = self._bind(f, ev if f.head is None or ev.kind == Kind.SESSION else f.head)
         s.counters.lines += 1
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd
@@ -248,10 +320,12 @@ class SessionStore:
             return
         ident = ev.ident
         if ident is None:
-            ident = hashlib.blake2b(line, digest_size=12).hexdigest()
+            ident = _line_digest(line)
             key = f"{s.session_id}:{ident}"
         else:
             key = ident
+        if self.history and ident in self.history:
+            live = False  # a replay of a history file's last record
         if ident in s.seen:
             m.duplicates.labels(f.provider.NAME).inc()
             s.counters.duplicates += 1
@@ -285,6 +359,8 @@ class SessionStore:
         s = self._session(prov, sid, hidden=f.sidechain)
         if not f.sidechain:
             s.hidden = False
+        if ev.cwd and not s.cwd:
+            s.cwd = ev.cwd
         s.files.add(f.path)
         f.session = s
         return s

@@ -174,6 +174,37 @@ class Tailer:
                 self._consumed(buf)
         return res
 
+    def skip_to_end(self, tail_bytes: int = 0) -> bytes:
+        """Take the file as read up to its last newline without reading it
+        (history: followed from here on). An unterminated last line stays
+        unread, as after :meth:`read`; one longer than ``max_line_bytes`` is
+        skipped. Returns up to ``tail_bytes`` bytes that end at the new
+        offset (the last lines, for a caller that wants to know them).
+        Raises ``OSError`` like :meth:`read`."""
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", self.path)
+            size, pos, end, skipping = st.st_size, st.st_size, 0, False
+            while pos > 0:
+                start = max(0, pos - CHUNK_BYTES)
+                nl = os.pread(fd, pos - start, start).rfind(b"\n")
+                if nl >= 0:
+                    end = start + nl + 1
+                    break
+                pos = start
+                if size - pos > self.max_line_bytes:  # an oversized line in progress: skip it
+                    end, skipping = size, True
+                    break
+            n = min(end, max(tail_bytes, SIGNATURE_BYTES))
+            tail = os.pread(fd, n, end - n) if n else b""
+        finally:
+            os.close(fd)
+        self.offset, self._skipping, self._sig = end, skipping, tail[-SIGNATURE_BYTES:]
+        self.inode, self.size, self.mtime_ns = st.st_ino, size, st.st_mtime_ns
+        return tail[-tail_bytes:] if tail_bytes else b""
+
     def _rewritten(self, fd: int) -> bool:
         """True when the bytes just before the offset are no longer those
         this tailer consumed (the file was rewritten in place)."""

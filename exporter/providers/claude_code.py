@@ -52,6 +52,9 @@ from ..events import Event, Kind
 
 NAME = "claude_code"
 LABEL = "Claude Code"
+#: Every record names its session (``sessionId``, ``cwd``): a file followed
+#: from its end needs nothing from its beginning.
+SESSION_IN_FIRST_RECORD = False
 
 #: Turns longer than this get a ``system/turn_duration`` record (2.1.x
 #: before ``EVERY_TURN_DURATION``).

@@ -1,0 +1,129 @@
+"""Heavy histories (issue 13): files not written for the horizon
+(``metrics.session_ttl_seconds``) are not decoded at start-up, but followed
+from their end; active sessions come out as ``scan`` says; an append to an
+old file pages once; a resumed session replaying an old one pages nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import CASES, ROOT, Exporter, Receiver, append_lines, claude_path, codex_path, session_id_of, wait_for
+
+OLD = time.time() - 3 * 86400  # older than the one-day horizon
+
+CODEX_OLD_ID = "0196a000-0000-7000-8000-0000000000aa"  # the session_meta id; the file name says another
+CODEX_FILE_ID = "0196a000-0000-7000-8000-0000000000ff"
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def _codex(rtype: str, payload: dict, t: float) -> bytes:
+    return json.dumps({"timestamp": _iso(t), "type": rtype, "payload": payload}).encode() + b"\n"
+
+
+def _codex_turn(turn: str, t: float) -> bytes:
+    return (_codex("event_msg", {"type": "task_started", "turn_id": turn}, t)
+            + _codex("event_msg", {"type": "agent_message", "message": "done"}, t + 1)
+            + _codex("event_msg", {"type": "task_complete", "turn_id": turn, "last_agent_message": "done"}, t + 2))
+
+
+def _write(path: Path, data: bytes, mtime: float | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def _scan(paths: list[Path]) -> dict:
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", *map(str, paths)],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    return {r["session_id"]: r for r in map(json.loads, out.stdout.splitlines())}
+
+
+def test_old_sessions_skipped_active_right_append_pages_once(tmp_path):
+    receiver = Receiver()
+    # History: a Claude session and a Codex rollout last written three days ago,
+    # each with a malformed line (decoding them would count it).
+    claude_old = session_id_of(CASES / "24_one_turn_many_end_markers.jsonl")
+    old_claude = claude_path(tmp_path, claude_old)
+    _write(old_claude, (CASES / "24_one_turn_many_end_markers.jsonl").read_bytes() + b"{not json\n", OLD)
+    old_codex = codex_path(tmp_path, CODEX_FILE_ID)
+    t0 = time.time() - 3 * 86400 - 600
+    _write(old_codex, _codex("session_meta", {"id": CODEX_OLD_ID, "timestamp": _iso(t0), "cwd": "/home/dev/rollouts",
+                                              "source": "cli"}, t0)
+           + _codex_turn("old-turn-1", t0 + 10) + b"{not json either\n", OLD)
+    # Active: two sessions written now.
+    active = [CASES / "03_malformed_midfile.jsonl", CASES / "19_codex_turn_aborted_part1.jsonl"]
+    new_claude = claude_path(tmp_path, session_id_of(active[0]))
+    new_codex = codex_path(tmp_path, session_id_of(active[1]))
+    _write(new_claude, active[0].read_bytes())
+    _write(new_codex, active[1].read_bytes())
+    new_lines = sum(p.read_bytes().count(b"\n") for p in (new_claude, new_codex))
+
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    try:
+        # old sessions not decoded: no lines, no parse errors, no series from them
+        scanned = _scan([new_claude, new_codex])
+        errors = sum(r["counters"]["parse_errors"] for r in scanned.values())
+        assert exp.value("coding_agent_transcript_lines_total") == new_lines
+        assert exp.value("coding_agent_transcript_parse_errors_total") == errors
+        assert exp.state(claude_old) is None and exp.state(CODEX_OLD_ID) is None
+        assert exp.value("coding_agent_files_watched") == 4
+        skipped = old_claude.stat().st_size + old_codex.stat().st_size
+        assert re.search(r"start-up scan done in [\d.]+ s: read 2 files \([\d.]+ kB\), skipped 2 files "
+                         r"\(%.1f kB\) as history \(not written for 86400 s\)" % (skipped / 1e3), exp.log()), exp.log()
+        # active states at ready: as scan says for their files
+        assert len(scanned) == 2
+        for sid, row in scanned.items():
+            assert exp.state(sid) == row["state"], (sid, row)
+
+        # A resumed Claude session that copies the old conversation (same
+        # uuids) replays old news: no page, although the old file was never
+        # decoded.
+        replay_sid = "c0000024-2424-4424-8424-00000000beef"
+        replay = old_claude.read_bytes().replace(claude_old.encode(), replay_sid.encode())
+        append_lines(claude_path(tmp_path, replay_sid), replay, 0.01)
+        exp.wait_state(replay_sid, "completed")
+
+        # Appends to the old files are read from where they ended and page once.
+        now = time.time()
+        append_lines(old_codex, _codex_turn("new-turn-2", now), 0.05)
+        more = (b'{"type":"user","uuid":"h1","sessionId":"%s","cwd":"/home/dev/proj","timestamp":"%s",'
+                b'"message":{"role":"user","content":"next"}}\n'
+                b'{"type":"system","subtype":"turn_duration","durationMs":1000,"uuid":"h2","sessionId":"%s",'
+                b'"cwd":"/home/dev/proj","timestamp":"%s"}\n') % (claude_old.encode(), _iso(now).encode(),
+                                                                   claude_old.encode(), _iso(now + 1).encode())
+        append_lines(old_claude, more, 0.05)
+        exp.wait_state(CODEX_OLD_ID, "completed")
+        exp.wait_state(claude_old, "completed")
+        wait_for(lambda: len(receiver.messages) == 2, what="one page per appended turn")
+        time.sleep(1.5)
+        titles = sorted(msg["title"] for msg in receiver.messages)
+        assert titles == ["Claude Code · proj: your turn", "Codex · rollouts: your turn"], receiver.messages
+        assert any(f"Session: {CODEX_OLD_ID}" in msg["message"] for msg in receiver.messages)
+        # only what was appended was decoded: of the old malformed lines, only
+        # the copy in the replay was
+        assert exp.value("coding_agent_transcript_parse_errors_total") == errors + 1
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_skip_history_off_reads_everything(tmp_path):
+    old = claude_path(tmp_path, session_id_of(CASES / "24_one_turn_many_end_markers.jsonl"))
+    _write(old, (CASES / "24_one_turn_many_end_markers.jsonl").read_bytes(), OLD)
+    exp = Exporter(tmp_path, config={"sources": {"skip_history": False},
+                                     "metrics": {"session_ttl_seconds": 0}}).start()
+    try:
+        assert exp.value("coding_agent_transcript_lines_total") == 5
+        assert re.search(r"read 1 files .* skipped 0 files", exp.log())
+    finally:
+        exp.stop()
