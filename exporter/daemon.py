@@ -21,7 +21,7 @@ from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
 from .hooks import HookInbox
 from .metrics import Metrics
 from .persist import load_json, save_json
-from .scan import make_store
+from .scan import make_store, read_start_up
 from .sources import configured_roots, describe_root
 from .store import PROVIDER_MODULES, Transition
 
@@ -233,28 +233,31 @@ class Daemon:
                 files.extend((p, prov, root) for p in walk_jsonl(root))
         files, history = self._split_history(files)
         skipped = skipped_files = 0
-        for path, prov, root in history:
+        for path, prov, root, size in history:
             n = self.store.skip(path, prov, root)
             if n is None:
-                files.append((path, prov, root))
+                files.append((path, prov, root, size))
             else:
                 skipped += n
                 skipped_files += 1
-        total, done, last_note, read = len(files), 0, started, 0
-        for path, prov, root in files:
-            if self._stop.is_set():
-                break
-            if self.store.track(path, prov, root):
-                self._read(path, live=False, until=self._resume_offset(path))
-                self._read(path, live=True)
-                read += self.store.files[path].tailer.offset if path in self.store.files else 0
-            done += 1
-            if time.monotonic() - last_note > 5:
-                last_note = time.monotonic()
-                log.info("start-up scan: %d/%d files", done, total)
+        total = len(files)
+        until = {path: self._resume_offset(path) for path, *_ in files}
+        read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
+                      lambda msg: log.info("start-up scan: %s", msg))
         if self._stop.is_set():
-            log.info("start-up scan stopped (%d/%d files begun)", done + 1 if done < total else done, total)
+            log.info("start-up scan stopped (%d files to read)", total)
             return
+        read = 0
+        for path, *_ in files:
+            f = self.store.files.get(path)
+            if f is None:
+                continue
+            read += f.tailer.offset
+            if f.failing:  # logged and counted once; tried again when its stat changes
+                try:
+                    self._unreadable[path] = _stat_key(os.stat(path))
+                except OSError:
+                    pass
         transitions = self.store.evaluate()
         self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
@@ -266,31 +269,34 @@ class Daemon:
                  self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
 
     def _split_history(self, files: list) -> tuple[list, list]:
-        """``(to read, history)``: with ``sources.skip_history``, files not
+        """``(to read, history)``, each ``(path, provider, root, size)``: with ``sources.skip_history``, files not
         written for ``metrics.session_ttl_seconds`` are history — their
         sessions would expire at once and nothing in them is news — unless
         another file of the same session (by the path: a Claude session and
         its subagents) was written since."""
         horizon = self.cfg.metrics.session_ttl_seconds
-        if not (self.cfg.sources.skip_history and horizon):
-            return files, []
+        skip = self.cfg.sources.skip_history and horizon
         cutoff = time.time() - horizon
         old, new, recent = [], [], set()
         for path, prov, root in files:
             try:
-                mtime = os.stat(path).st_mtime
+                st = os.stat(path)
+                mtime, size = st.st_mtime, st.st_size
             except OSError:
-                mtime = cutoff  # let the reader say what is wrong
+                mtime, size = cutoff, 0  # let the reader say what is wrong
+            if not skip:
+                new.append((path, prov, root, size))
+                continue
             role = PROVIDER_MODULES[prov].classify_path(root, Path(path))
             key = (prov, role[0]) if role is not None and role[0] is not None else None
             if mtime < cutoff:
-                old.append((path, prov, root, key))
+                old.append((path, prov, root, size, key))
             else:
-                new.append((path, prov, root))
+                new.append((path, prov, root, size))
                 recent.add(key)
         history = []
-        for path, prov, root, key in old:
-            (new if key is not None and key in recent else history).append((path, prov, root))
+        for path, prov, root, size, key in old:
+            (new if key is not None and key in recent else history).append((path, prov, root, size))
         return new, history
 
     def _resume_offset(self, path: str) -> int | None:

@@ -1,13 +1,15 @@
-"""One-shot reduction of transcript files or folders (``scan``).
+"""Reading many transcript files at once: the one-shot reduction (``scan``)
+and the daemon's start-up read (:func:`read_start_up`) share one path.
 
 Speed (see README "Performance"): on a machine with several cores the
 files are split between forked worker processes, each reducing whole
 sessions in its own store. Files that may belong to one session (a Claude
 project folder's sessions and subagents; a Codex rollout and the subagent
-rollouts naming it as parent) go to the same worker. The workers report the
-sessions they built; should two workers have built the same session after
-all (content the grouping could not foresee), the whole scan is done again
-in one process, so the result never depends on the split.
+rollouts naming it as parent) go to the same worker. The workers report what
+they built (``scan``: the session rows; the daemon: files and sessions,
+adopted by its store); should two workers have built the same session after
+all (content the grouping could not foresee), everything is read again in
+one process, so the result never depends on the split.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import signal
 import sys
 import time
 from pathlib import Path
@@ -149,20 +152,35 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
     return files
 
 
-def _read_files(store: SessionStore, files, progress=None) -> dict:
+def _read_files(store: SessionStore, files, progress=None, until: dict | None = None, stop=None) -> dict:
     """Read ``files`` (in order) into ``store``; returns ``{session key:
-    index in files of the first file that made it}``."""
+    index in files of the first file that made it}``.
+
+    ``until`` None: a one-shot scan (every byte, an unterminated last line
+    too, nothing live). Else the daemon's start-up: ``until[path]`` is the
+    offset up to which the bytes are backfill (missing or None: all of
+    them); the rest is news (``live``). ``stop()`` true ends the read early.
+    """
     start = time.monotonic()
     total = len(files)
     first: dict = {}
     known = set(store.sessions)
     for i, (fp, prov, root, *_rest) in enumerate(files):
+        if stop is not None and stop():
+            break
         prov = prov or sniff_provider(fp)
         if prov is None:
             log.warning("%s: no Claude Code or Codex records found; skipped", fp)
         elif store.track(fp, prov, root):
-            while store.refresh(fp, live=False, final=True):
-                pass
+            if until is None:
+                while store.refresh(fp, live=False, final=True):
+                    pass
+            else:
+                u = until.get(fp)
+                while store.refresh(fp, live=False, until=u):
+                    pass
+                while store.refresh(fp, live=True):
+                    pass
             f = store.files.get(fp)
             s = f.session if f is not None else None
             if s is not None:
@@ -220,9 +238,13 @@ def _rows_of(store: SessionStore, first: dict, shard: list[int], at: float | Non
     return [(order.get((r["provider"], r["session_id"]), 0), r) for r in rows]
 
 
-def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
-    """Reduce ``files`` in ``n`` processes. Returns the rows, or ``None`` when
-    two workers built the same session (the caller then scans serially)."""
+def _fork(files, n: int, work, progress=None, stop=None) -> list | None:
+    """Run ``work(shard, progress)`` (``shard``: indexes into ``files``;
+    returns ``(session keys, payload)``, picklable) on ``n`` shards: in
+    forked children and, for the first shard, in this process. Returns the
+    payloads, this process's first; ``None`` when a worker failed, two
+    workers built the same session, or ``stop()`` became true (children are
+    then killed)."""
     shards = [s for s in _shards(files, n) if s]
     children = []
     for shard in shards[1:]:
@@ -232,9 +254,7 @@ def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
             code = 0
             try:
                 os.close(r)
-                store = make_store(cfg)
-                first = _read_files(store, [files[i] for i in shard])
-                out = (sorted(set(store.sessions)), _rows_of(store, first, shard, at))
+                out = work(shard, None)
                 with os.fdopen(w, "wb") as pipe:
                     pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
             except BaseException:
@@ -243,29 +263,46 @@ def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
                 os._exit(code)
         os.close(w)
         children.append((pid, r))
-    store = make_store(cfg)
     label = (lambda msg: progress(f"{msg} (this process; {len(shards) - 1} more in parallel)")) if progress else None
-    first = _read_files(store, [files[i] for i in shards[0]], label)
-    results = [(sorted(set(store.sessions)), _rows_of(store, first, shards[0], at))]
-    failed = False
+    results = [work(shards[0], label)]
+    failed = stopped = stop is not None and stop()
     for pid, r in children:
-        try:
-            with os.fdopen(r, "rb") as pipe:
-                results.append(pickle.load(pipe))
-        except (EOFError, pickle.UnpicklingError, OSError):
-            failed = True
+        with os.fdopen(r, "rb") as pipe:
+            if stopped:
+                os.kill(pid, signal.SIGKILL)
+            else:
+                try:
+                    results.append(pickle.load(pipe))
+                except (EOFError, pickle.UnpicklingError, OSError):
+                    failed = True
         _, status = os.waitpid(pid, 0)
         failed = failed or status != 0
+    if stopped:
+        return None
     if failed:
-        log.warning("a scan worker failed; scanning again in one process")
+        log.warning("a reading worker failed; reading again in one process")
         return None
     seen: set = set()
-    for keys, _rows in results:
+    for keys, _payload in results:
         if seen.intersection(keys):
-            log.debug("a session spans two scan workers; scanning again in one process")
+            log.debug("a session spans two reading workers; reading again in one process")
             return None
         seen.update(keys)
-    indexed = [x for _keys, rows in results for x in rows]
+    return [payload for _keys, payload in results]
+
+
+def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
+    """Reduce ``files`` in ``n`` processes. Returns the rows, or ``None`` when
+    the split failed (the caller then scans serially)."""
+    def work(shard, label):
+        store = make_store(cfg)
+        first = _read_files(store, [files[i] for i in shard], label)
+        return sorted(set(store.sessions)), _rows_of(store, first, shard, at)
+
+    results = _fork(files, n, work, progress)
+    if results is None:
+        return None
+    indexed = [x for rows in results for x in rows]
     indexed.sort(key=lambda x: x[0])  # the order one process creates the sessions in
     rows = [r for _i, r in indexed]
     rows.sort(key=lambda r: r["last_write"], reverse=True)
@@ -300,6 +337,31 @@ def _ago(seconds: float) -> str:
         if seconds >= n:
             return f"{seconds // n}{unit} ago"
     return f"{seconds}s ago"
+
+
+def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=None, progress=None,
+                  workers: int | None = None) -> None:
+    """The daemon's start-up read: ``files`` (``(path, provider, root,
+    size)``) into ``store``, backfill up to ``until[path]`` and news after
+    it (see :func:`_read_files`), split over forked workers like a ``scan``
+    when there is enough to read. Each worker reads into a store of its own
+    (with ``store.history``); ``store`` adopts their files and sessions."""
+    n = _workers() if workers is None else max(1, workers)
+    if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
+        def work(shard, label):
+            part = make_store(cfg)
+            part.history = store.history
+            _read_files(part, [files[i] for i in shard], label, until, stop)
+            return sorted(set(part.sessions)), part.export()
+
+        results = _fork(files, n, work, progress, stop)
+        if results is not None:
+            for part in results:
+                store.adopt(part)
+            return
+        if stop is not None and stop():
+            return
+    _read_files(store, files, progress, until, stop)
 
 
 def format_table(rows: list[dict], now: float) -> list[str]:

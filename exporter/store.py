@@ -105,6 +105,13 @@ class _File:
         #: file was skipped as history.
         self.head = None
 
+    def __getstate__(self):  # a start-up reader process hands files back (scan.read_start_up)
+        return {k: (self.provider.NAME if k == "provider" else getattr(self, k)) for k in self.__slots__}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, PROVIDER_MODULES[v] if k == "provider" else v)
+
 
 @dataclass(frozen=True, slots=True)
 class Transition:
@@ -563,6 +570,33 @@ class SessionStore:
         """``{path: [inode, offset]}`` of every followed file (a checkpoint)."""
         with self._lock:
             return {p: [f.tailer.inode, f.tailer.offset] for p, f in self.files.items() if f.tailer.inode is not None}
+
+    #: Counters a reading process moves along (handed over by :meth:`export`).
+    _READ_COUNTERS = ("lines", "bytes", "parse_errors", "skipped", "duplicates", "read_errors")
+
+    def export(self) -> tuple:
+        """What a start-up reader process hands back to the daemon's store
+        (picklable): ``(files, sessions, [(counter, labels, increment)])``."""
+        counts = []
+        for name in self._READ_COUNTERS:
+            for fam in getattr(self.metrics, name).collect():
+                counts += [(name, smp.labels, smp.value) for smp in fam.samples
+                           if smp.name.endswith("_total") and smp.value]
+        return self.files, self.sessions, counts
+
+    def adopt(self, part: tuple) -> None:
+        """Take over the files, sessions and counts of :meth:`export` (of a
+        store that read other files than this one)."""
+        files, sessions, counts = part
+        with self._lock:
+            for path, f in files.items():
+                self.files[path] = f
+                self.metrics.files_watched.labels(f.provider.NAME).inc()
+            for key, s in sessions.items():
+                self.sessions[key] = s
+                self._dirty.add(key)
+        for name, labels, value in counts:
+            getattr(self.metrics, name).labels(**labels).inc(value)
 
     def session(self, provider: str, session_id: str) -> Session | None:
         return self.sessions.get((provider, session_id))

@@ -61,3 +61,37 @@ def test_parallel_scan_falls_back_when_a_session_spans_workers(tmp_path, monkeyp
     two, store = scan_mod.scan([str(root)], Config(), at=at, workers=2)
     assert outcomes == [None] and store is not None  # detected, and scanned again in one process
     assert two == one
+
+
+def _state(store) -> tuple:
+    store.evaluate(time.time() + 3600)
+    counters = {(name, tuple(sorted(smp.labels.items()))): smp.value
+                for name in store._READ_COUNTERS + ("files_watched",)
+                for fam in getattr(store.metrics, name).collect() for smp in fam.samples}
+    live = sorted((k, s.status.live, s.status.state, s.status.turn) for k, s in store.sessions.items())
+    offsets = store.offsets()
+    return store.rows(time.time() + 3600), counters, live, offsets
+
+
+def test_start_up_read_in_workers_equals_one_process(tmp_path, monkeypatch):
+    """The daemon's start-up read goes the scan's way (forked workers whose
+    files and sessions its store adopts): same sessions, states, news, counts
+    and offsets as one process."""
+    root = _layout(tmp_path)
+    files = scan_mod._discover([str(root)], Config(), None)
+    # half the files were read by a previous run up to their middle: the rest is news
+    until = {fp: (size // 2 if i % 2 else None) for i, (fp, _p, _r, size) in enumerate(files)}
+    one = scan_mod.make_store(Config())
+    scan_mod.read_start_up(one, files, until, Config(), workers=1)
+    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    calls = []
+    fork = scan_mod._fork
+    monkeypatch.setattr(scan_mod, "_fork", lambda *a, **k: calls.append(fork(*a, **k)) or calls[-1])
+    two = scan_mod.make_store(Config())
+    scan_mod.read_start_up(two, files, until, Config(), workers=2)
+    assert calls and calls[0] is not None  # the workers did the reading
+    a, b = _state(one), _state(two)
+    assert a[0] == b[0] and a[0]
+    assert a[1] == b[1]
+    assert a[2] == b[2] and any(live for _k, live, *_ in a[2])
+    assert a[3] == b[3]
