@@ -5,7 +5,7 @@ table with ratios and targets.
     python3 bench/run.py                 # reduced sizes, a few minutes
     python3 bench/run.py --full          # the sizes of the targets (issue 7)
 
-``--full`` is ``--size 400MB --sessions 10000 --huge-line 200MB
+``--full`` is ``--history-size 3GB --size 400MB --sessions 10000 --huge-line 200MB
 --idle-files 1000 --idle-seconds 60 --appends 200 --poll-appends 40
 --alerts 30 --repeat 5``. Corpora are generated under ``bench/out/``
 (git-ignored) by ``bench/gen.py`` and reused while their parameters match.
@@ -32,6 +32,9 @@ exporter run`` or ``scan`` from this working tree):
 5. idle CPU: the exporter's user+system CPU time over ``--idle-seconds``
    while following ``--idle-files`` unchanging files (default config: events
    on, poll every 2 s, evaluation every 1 s).
+6. heavy history: time to ``/-/ready`` (first start, restart), peak RSS,
+   states and start-up read speed on two histories with the same active set
+   (see :func:`bench_history`); every ratio is taken in the same run.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ sys.path.insert(0, str(HERE))
 
 import gen  # noqa: E402
 
-FULL = {"size": "400MB", "sessions": 10000, "huge_line": "200MB", "idle_files": 1000, "idle_seconds": 60,
+FULL = {"history_size": "3GB", "size": "400MB", "sessions": 10000, "huge_line": "200MB", "idle_files": 1000, "idle_seconds": 60,
         "appends": 200, "poll_appends": 40, "alerts": 30, "repeat": 5}
 
 
@@ -77,10 +80,11 @@ def log(msg: str) -> None:
 # -- (1) cold scan -------------------------------------------------------------
 LOOP = r"""
 import os, sys, time
-root, mode = sys.argv[1], sys.argv[2]
+roots, mode = sys.argv[1].split(os.pathsep), sys.argv[2]
 files = []
-for d, _, names in os.walk(root):
-    files += [os.path.join(d, n) for n in names if n.endswith(".jsonl")]
+for root in roots:
+    for d, _, names in os.walk(root):
+        files += [os.path.join(d, n) for n in names if n.endswith(".jsonl")]
 files.sort()
 n = 0
 if mode == "orjson":
@@ -133,7 +137,7 @@ import orjson
 from coding_agent_exporter.config import Config
 from coding_agent_exporter.decode import LineError, decode_line
 from coding_agent_exporter.scan import _discover, _read_files, make_store, sniff_provider
-from coding_agent_exporter.store import FAST_DECODERS, PROVIDER_MODULES
+from coding_agent_exporter.store import PROVIDER_MODULES
 from coding_agent_exporter.tailer import Tailer
 
 files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size in _discover([sys.argv[1]], Config(), None)]
@@ -145,7 +149,7 @@ def stage(n):
         _read_files(make_store(Config()), files)
         return time.process_time() - t
     for fp, prov, _root, _size in files:
-        tl, fast, dec = Tailer(fp, 16 << 20), FAST_DECODERS[prov], PROVIDER_MODULES[prov].FileDecoder()
+        tl, dec = Tailer(fp, 16 << 20), PROVIDER_MODULES[prov].FileDecoder()
         while True:
             res = tl.read(final=True)
             if not res.bytes_read:
@@ -157,12 +161,10 @@ def stage(n):
                     except orjson.JSONDecodeError:
                         pass
                     continue
-                o = fast(line)
-                if o is None:
-                    try:
-                        o = decode_line(line)
-                    except LineError:
-                        continue
+                try:
+                    o = decode_line(line)
+                except LineError:
+                    continue
                 if n == 3 and o is not None:
                     dec.project(o)
     return time.process_time() - t
@@ -171,8 +173,8 @@ def stage(n):
 best = [min(stage(n) for _ in range(int(sys.argv[2]))) for n in range(5)]
 print(" ".join(map(str, best)))
 """
-STAGE_NAMES = ["tailer: read and split lines", "tailer + orjson.loads", "tailer + typed projection decode",
-               "tailer + typed decode + provider project()", "whole store: + identity digests, dedupe, reducer"]
+STAGE_NAMES = ["tailer: read and split lines", "tailer + orjson.loads", "tailer + decode_line",
+               "tailer + decode_line + provider project()", "whole store: + identity digests, dedupe, reducer"]
 
 
 def bench_stages(corpus: Path, repeat: int) -> dict:
@@ -181,6 +183,82 @@ def bench_stages(corpus: Path, repeat: int) -> dict:
     out = subprocess.run([sys.executable, "-c", STAGES, str(corpus), str(repeat)], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     return dict(zip(STAGE_NAMES, map(float, out.stdout.split())))
+
+
+# -- (6) heavy history -----------------------------------------------------------
+_DONE = re.compile(r"start-up scan done in ([\d.]+) s: read (\d+) files \(([\d.]+) (B|kB|MB|GB) in ([\d.]+) s\), "
+                   r"skipped (\d+) files \(([\d.]+) (B|kB|MB|GB)\)")
+_UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def _start_up_line(log_text: str) -> dict:
+    m = _DONE.findall(log_text)[-1]
+    return {"took": float(m[0]), "read_files": int(m[1]), "read_bytes": float(m[2]) * _UNIT[m[3]],
+            "read_s": float(m[4]), "skipped_files": int(m[5]), "skipped_bytes": float(m[6]) * _UNIT[m[7]]}
+
+
+def bench_history(work: Path, size: int, repeat: int) -> dict:
+    """(6) Heavy history (issue 13): corpus A of ``size`` bytes dated as a history
+    with about 1 % of its bytes recent (``gen.history``), and A plus an
+    all-old corpus B of the same size: the same active set under one and two
+    histories. For each: the read-lines loop over every file, time to
+    ``/-/ready`` at a first start (empty state_dir) and a restart (best of
+    ``repeat``), peak RSS, the start-up log's read/skip figures, and every
+    active session's state at ready against ``scan`` of its files; ``scan``
+    of the active files times the per-byte speed the daemon's start-up read
+    is held to."""
+    a, b = work / f"history-a-{size // 1_000_000}MB", work / f"history-b-{size // 1_000_000}MB"
+    meta = gen.history(a, size, 0.01, seed=7)
+    gen.history(b, size, 0.0, seed=8)
+    names = set(meta["recent_sessions"])
+    recent = [p for p in sorted(a.rglob("*.jsonl")) if gen._session_of(a, p) in names]
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", *map(str, recent)],
+                         cwd=ROOT, capture_output=True, text=True, check=True)
+    want = {r["session_id"]: r["state"] for r in map(json.loads, out.stdout.splitlines())}
+    scan_s = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", *map(str, recent)], cwd=ROOT,
+                       capture_output=True, check=True)
+        scan_s.append(time.perf_counter() - t)
+    res = {"recent_bytes": meta["recent_bytes"], "recent_files": len(recent), "sessions": len(want),
+           "scan_recent_s": min(scan_s), "scan_recent_mb_s": meta["recent_bytes"] / min(scan_s) / 1e6, "sizes": []}
+    for corpora in ([a], [a, b]):
+        roots = os.pathsep.join(str(c) for c in corpora)
+        nbytes = sum(p.stat().st_size for c in corpora for p in c.rglob("*.jsonl"))
+        files = sum(1 for c in corpora for _ in c.rglob("*.jsonl"))
+        loop = min(float(subprocess.run([sys.executable, "-c", LOOP, roots, "read"], capture_output=True, text=True,
+                                        check=True).stdout.split()[0]) for _ in range(repeat))
+        cfg = {"sources": {"claude_code": {"paths": [str(c / "claude" / "projects") for c in corpora]},
+                           "codex": {"paths": [str(c / "codex" / "sessions") for c in corpora]}}}
+        row = {"bytes": nbytes, "files": files, "loop_s": loop, "first": [], "restart": [], "rss": [], "lines": []}
+        for i in range(repeat):
+            name = f"history-{len(corpora)}-{i}"
+            state = a.parent / f"state-{name}"
+            if state.exists():
+                import shutil
+                shutil.rmtree(state)
+            for phase in ("first", "restart"):
+                ex = Exporter(a.parent, cfg, name).start()
+                try:
+                    row[phase].append(ex.ready_s)
+                    row["rss"].append(ex.status("VmHWM"))
+                    text = ex.scrape()
+                    got = {sid: ex.state(text, sid) for sid in want}
+                    row.setdefault("wrong", 0)
+                    row["wrong"] = max(row["wrong"], sum(got[k] != v for k, v in want.items()))
+                finally:
+                    ex.stop()
+                row["lines"].append(_start_up_line(ex.log_path.read_text()))
+        first = [ln for ln in row["lines"][::2]]
+        read_mb_s = [ln["read_bytes"] / ln["read_s"] / 1e6 for ln in first if ln["read_s"] > 0]
+        row.update(first_s=min(row["first"]), restart_s=min(row["restart"]), peak_rss=max(row["rss"]),
+                   read_mb_s=max(read_mb_s) if read_mb_s else 0.0, start_up=first[0])
+        log(f"  history {mb(nbytes)} ({files} files): loop {loop:.2f}s, ready {row['first_s']:.2f}s first, "
+            f"{row['restart_s']:.2f}s restart, peak RSS {mb(row['peak_rss'])}, start-up read "
+            f"{row['read_mb_s']:.0f} MB/s, wrong states {row['wrong']}")
+        res["sizes"].append(row)
+    return res
 
 
 # -- the exporter process ------------------------------------------------------
@@ -545,6 +623,27 @@ def table(r: dict, args) -> str:
         ok = "met" if i["cpu_pct"] < 1 else f"missed by {i['cpu_pct'] - 1:.2f} points"
         rows.append((f"idle CPU, {i['files']} files, {i['seconds']:.0f} s", f"{i['cpu_pct']:.2f} % of a core",
                      "< 1 %", ok))
+    hs = r.get("history")
+    if hs:
+        for row in hs["sizes"]:
+            tgt = 0.25 * row["loop_s"]
+            worst = max(row["first_s"], row["restart_s"])
+            ok = "met" if worst <= tgt else f"missed by {worst - tgt:.2f} s"
+            rows.append((f"time to /-/ready, history of {mb(row['bytes'])} ({row['files']} files; {mb(hs['recent_bytes'])}"
+                         f" recent), first start / restart",
+                         f"{row['first_s']:.2f} s / {row['restart_s']:.2f} s (read-lines loop {row['loop_s']:.2f} s: "
+                         f"{worst / row['loop_s']:.2f}×)", "≤ 0.25× the loop", ok))
+        r1, r2 = hs["sizes"][0], hs["sizes"][-1]
+        ok = "met" if r2["peak_rss"] <= 120e6 and r2["peak_rss"] <= r1["peak_rss"] * 1.1 else "missed"
+        rows.append(("peak RSS, heavy history (one / two histories, same active set)",
+                     f"{mb(r1['peak_rss'])} / {mb(r2['peak_rss'])}", "≤ 120 MB, no growth", ok))
+        wrong = max(x["wrong"] for x in hs["sizes"])
+        rows.append((f"active sessions' states at ready = `scan` of their files", f"{hs['sessions'] - wrong} of "
+                     f"{hs['sessions']} equal", "all", "met" if not wrong else f"missed: {wrong} differ"))
+        rd = min(x["read_mb_s"] for x in hs["sizes"])
+        ok = "met" if rd >= hs["scan_recent_mb_s"] else f"missed: {rd / hs['scan_recent_mb_s']:.2f}×"
+        rows.append(("start-up read speed (what is not history)", f"{rd:.0f} MB/s (`scan` of the same files, "
+                     f"whole command: {hs['scan_recent_mb_s']:.0f} MB/s)", "≥ `scan`", ok))
     out = ["| measurement | result | target | verdict |", "|---|---|---|---|"]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return "\n".join(out)
@@ -565,7 +664,9 @@ def main(argv=None) -> int:
     p.add_argument("--alerts", type=int, default=20, help="alerts to time (default 20)")
     p.add_argument("--settle", type=float, default=0.5, help="alerts.settle_seconds (default 0.5)")
     p.add_argument("--repeat", type=int, default=3, help="cold scan runs, best taken (default 3)")
-    p.add_argument("--only", default="scan,append,alerts,rss,idle", help="comma-separated parts to run")
+    p.add_argument("--history-size", default="1GB",
+                   help="heavy history: each of two corpora, the first 1%% recent (default 1GB)")
+    p.add_argument("--only", default="scan,history,append,alerts,rss,idle", help="comma-separated parts to run")
     p.add_argument("--out", default=str(HERE / "out"), help="work folder (default bench/out)")
     args = p.parse_args(argv)
     if args.full:
@@ -596,6 +697,10 @@ def main(argv=None) -> int:
         note("scan")
         log("scan stages (CPU, one process) …")
         results["stages"] = bench_stages(corpus, min(args.repeat, 3))
+    if "history" in parts:
+        log(f"heavy history: two corpora of {mb(parse_size(args.history_size))} …")
+        results["history"] = bench_history(work, parse_size(args.history_size), args.repeat)
+        note("history")
     if "append" in parts:
         log("append → /metrics with file events …")
         results["append_events"] = bench_append(work, args.appends, True, args.poll_interval)

@@ -87,6 +87,7 @@ class Daemon:
         self._denied: set[str] = set()  # folders that could not be listed at the last poll
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
         self._next_coverage = 0.0
+        self._history: list = []  # files left as history by the start-up scan, not yet followed
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -166,6 +167,9 @@ class Daemon:
             # written meanwhile for old history (and page none of it).
             self._save_checkpoint(force=True)
         self.ready.set()
+        if self._history and not self._stop.is_set():
+            self._take_history()
+            self._save_checkpoint(force=True)
         cfg = self.cfg
         next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
         next_eval = 0.0
@@ -232,21 +236,17 @@ class Daemon:
             if root.is_dir():
                 files.extend((p, prov, root) for p in walk_jsonl(root))
         files, history = self._split_history(files)
-        skipped = skipped_files = 0
-        for path, prov, root, size in history:
-            n = self.store.skip(path, prov, root)
-            if n is None:
-                files.append((path, prov, root, size))
-            else:
-                skipped += n
-                skipped_files += 1
+        skipped, skipped_files = sum(h[3] for h in history), len(history)
+        self._history = history  # taken up right after ready (_take_history)
         total = len(files)
         until = {path: self._resume_offset(path) for path, *_ in files}
+        reading = time.monotonic()
         read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
                       lambda msg: log.info("start-up scan: %s", msg))
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
+        reading = time.monotonic() - reading
         read = 0
         for path, *_ in files:
             f = self.store.files.get(path)
@@ -264,12 +264,28 @@ class Daemon:
             self.alerter.observe(transitions, time.time())
         self._backfilled = True
         took = time.monotonic() - started
-        log.info("start-up scan done in %.2f s: read %d files (%s), skipped %d files (%s) as history "
-                 "(not written for %g s); %d sessions", took, total, _size(read), skipped_files, _size(skipped),
-                 self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
+        log.info("start-up scan done in %.2f s: read %d files (%s in %.2f s), skipped %d files (%s) as history "
+                 "(not written for %g s); %d sessions", took, total, _size(read), reading, skipped_files,
+                 _size(skipped), self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
+
+    def _take_history(self) -> None:
+        """Follow the files the start-up scan left as history from their end
+        (see :meth:`SessionStore.skip`). Runs once, right after ready and
+        before the first file event or hook is handled: the states at ready
+        do not depend on it, so ready does not wait for it. A file that
+        cannot be skipped (unreadable, a head that is not a transcript) is
+        read as the start-up scan would have."""
+        history, self._history = self._history, []
+        for path, prov, root, _size, role, st in history:
+            if self._stop.is_set():
+                return
+            if self.store.skip(path, prov, root, role, st) is None:
+                self._read(path, live=False, until=self._resume_offset(path))
+                self._read(path, live=True)
 
     def _split_history(self, files: list) -> tuple[list, list]:
-        """``(to read, history)``, each ``(path, provider, root, size)``: with ``sources.skip_history``, files not
+        """``(to read, history)``, each ``(path, provider, root, size)`` (and
+        for history the provider's ``classify_path`` of it): with ``sources.skip_history``, files not
         written for ``metrics.session_ttl_seconds`` are history — their
         sessions would expire at once and nothing in them is news — unless
         another file of the same session (by the path: a Claude session and
@@ -283,20 +299,23 @@ class Daemon:
                 st = os.stat(path)
                 mtime, size = st.st_mtime, st.st_size
             except OSError:
-                mtime, size = cutoff, 0  # let the reader say what is wrong
+                st, mtime, size = None, cutoff, 0  # let the reader say what is wrong
             if not skip:
                 new.append((path, prov, root, size))
                 continue
-            role = PROVIDER_MODULES[prov].classify_path(root, Path(path))
+            role = PROVIDER_MODULES[prov].classify_path(root, path)
             key = (prov, role[0]) if role is not None and role[0] is not None else None
             if mtime < cutoff:
-                old.append((path, prov, root, size, key))
+                old.append((path, prov, root, size, role, key, st))
             else:
                 new.append((path, prov, root, size))
                 recent.add(key)
         history = []
-        for path, prov, root, size, key in old:
-            (new if key is not None and key in recent else history).append((path, prov, root, size))
+        for path, prov, root, size, role, key, st in old:
+            if key is not None and key in recent:
+                new.append((path, prov, root, size))
+            else:
+                history.append((path, prov, root, size, role, st))
         return new, history
 
     def _resume_offset(self, path: str) -> int | None:

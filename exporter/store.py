@@ -87,7 +87,7 @@ class Session:
 
 class _File:
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live", "head")
+                 "failing", "first_live", "head", "head_unread")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -104,6 +104,7 @@ class _File:
         #: file to its session again after the session expired, or when the
         #: file was skipped as history.
         self.head = None
+        self.head_unread = False  # skipped as history: the head is read at the first append
 
     def __getstate__(self):  # a start-up reader process hands files back (scan.read_start_up)
         return {k: (self.provider.NAME if k == "provider" else getattr(self, k)) for k in self.__slots__}
@@ -151,52 +152,68 @@ class SessionStore:
         #: (Claude Code's resume copies the conversation, uuids included)
         #: would decide its state with old news, which must not page.
         self.history: set = set()
+        self._watched_gauges: dict = {}
 
     # -- files -------------------------------------------------------------
-    def track(self, path: str, provider: str, root: Path | None = None) -> bool:
+    def track(self, path: str, provider: str, root: Path | None = None, role=False) -> bool:
         """Start following ``path`` for ``provider``. Returns False when the
-        provider says the file is not a transcript."""
+        provider says the file is not a transcript. ``role``: what the
+        provider's ``classify_path`` said of it, when the caller knows."""
         if path in self.files:
             return True
         mod = PROVIDER_MODULES[provider]
-        role = mod.classify_path(root or Path(path).parent, Path(path))
+        if role is False:
+            role = mod.classify_path(root or os.path.dirname(path), path)
         if role is None:
             return False
         sid, sidechain = role
         self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
-        self.metrics.files_watched.labels(provider).inc()
+        self._watched(provider).inc()
         return True
 
-    def skip(self, path: str, provider: str, root: Path | None = None) -> int | None:
+    def skip(self, path: str, provider: str, root: Path | None = None, role=False,
+             st: os.stat_result | None = None) -> int | None:
         """Follow ``path`` from its end without decoding it (history, see
-        ``sources.skip_history``). Decoded: the first record where the
-        provider names the session there (``SESSION_IN_FIRST_RECORD``: Codex
-        ``session_meta`` gives the id, cwd, subagent parent and fork point),
-        and the records ending the last turn within the last
-        ``HISTORY_TAIL_BYTES`` (their identities go to :attr:`history`). Returns the bytes skipped, or
-        None when the file is no transcript or cannot be read (the caller
+        ``sources.skip_history``); ``st`` is its stat. Decoded, and only
+        where needed: the records ending its last turn within the last
+        ``HISTORY_TAIL_BYTES`` (their identities go to :attr:`history`) when
+        the provider's resume copies a conversation into a new file
+        (``REPLAYS_INTO_NEW_FILES``) and the file is no subagent's; at the
+        first append, the first record when the provider names the session
+        there (``SESSION_IN_FIRST_RECORD``: Codex ``session_meta`` gives the
+        id, cwd, subagent parent and fork point). Returns the bytes skipped,
+        or None when the file is no transcript or cannot be read (the caller
         then reads it as usual)."""
-        if not self.track(path, provider, root):
+        if not self.track(path, provider, root, role):
             return None
         f = self.files[path]
+        tail_bytes = HISTORY_TAIL_BYTES if f.provider.REPLAYS_INTO_NEW_FILES and not f.sidechain else 0
         try:
-            tail = f.tailer.skip_to_end(HISTORY_TAIL_BYTES)
-            if f.provider.SESSION_IN_FIRST_RECORD:
-                with open(path, "rb") as fh:
-                    first = fh.readline(HISTORY_HEAD_BYTES)
+            tail = f.tailer.skip_to_end(tail_bytes, st)
         except OSError:
             f.tailer = Tailer(path, self.max_line_bytes)
             return None
-        if f.provider.SESSION_IN_FIRST_RECORD and first.endswith(b"\n"):
-            try:
-                obj = decode_line(first[:-1])
-                ev = f.decoder.project(obj) if obj else None
-            except Exception:  # LineError, or a shape the provider did not foresee: no head
-                ev = None
-            if ev is not None and ev.kind == Kind.SESSION:
-                f.head = ev
-        self._remember_tail(f, tail)
+        f.head_unread = f.provider.SESSION_IN_FIRST_RECORD
+        if tail:
+            self._remember_tail(f, tail)
         return f.tailer.offset
+
+    @staticmethod
+    def _read_head(f: _File) -> None:
+        """The first record of a file skipped as history, when it names the
+        session (a Codex ``session_meta``): it binds the appended records."""
+        f.head_unread = False
+        try:
+            with open(f.path, "rb") as fh:
+                first = fh.readline(HISTORY_HEAD_BYTES)
+            if not first.endswith(b"\n"):
+                return
+            obj = decode_line(first[:-1])
+            ev = f.decoder.project(obj) if obj else None
+        except Exception:  # unreadable, not JSON, a shape the provider did not foresee: no head
+            return
+        if ev is not None and ev.kind == Kind.SESSION:
+            f.head = ev
 
     def _remember_tail(self, f: _File, tail: bytes) -> None:
         lines = tail.split(b"\n")[:-1]
@@ -217,12 +234,20 @@ class SessionStore:
             self.history.add(ev.ident if ev.ident is not None else _line_digest(line))
             marked += 1
 
+    def _watched(self, provider: str):
+        """``coding_agent_files_watched{provider}`` (its child, cached: one
+        call per followed file)."""
+        g = self._watched_gauges.get(provider)
+        if g is None:
+            g = self._watched_gauges[provider] = self.metrics.files_watched.labels(provider)
+        return g
+
     def forget(self, path: str) -> None:
         """Stop following a file that disappeared."""
         f = self.files.pop(path, None)
         if f is None:
             return
-        self.metrics.files_watched.labels(f.provider.NAME).dec()
+        self._watched(f.provider.NAME).dec()
         s = f.session
         if s is not None:
             s.files.discard(path)
@@ -264,6 +289,8 @@ class SessionStore:
         if f.failing:
             log.info("%s is readable again", path)
             f.failing = False
+        if f.head_unread and res.lines and not res.reset:
+            self._read_head(f)
         if f.first_live is not None:
             live, f.first_live = f.first_live, None
         m = self.metrics
@@ -591,7 +618,7 @@ class SessionStore:
         with self._lock:
             for path, f in files.items():
                 self.files[path] = f
-                self.metrics.files_watched.labels(f.provider.NAME).inc()
+                self._watched(f.provider.NAME).inc()
             for key, s in sessions.items():
                 self.sessions[key] = s
                 self._dirty.add(key)

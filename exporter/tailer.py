@@ -55,7 +55,7 @@ class Tailer:
     ``size`` and ``mtime_ns`` as of the last read (its fingerprint).
     """
 
-    __slots__ = ("path", "max_line_bytes", "offset", "inode", "size", "mtime_ns", "_skipping", "_sig")
+    __slots__ = ("path", "max_line_bytes", "offset", "inode", "size", "mtime_ns", "_skipping", "_sig", "_history")
 
     def __init__(self, path: str, max_line_bytes: int):
         self.path = path
@@ -66,6 +66,7 @@ class Tailer:
         self.mtime_ns = -1
         self._skipping = False
         self._sig = b""  # the last bytes before ``offset`` (rewrite detection)
+        self._history = False  # skip_to_end(defer=True): the offset is settled at the first read
 
     def _consumed(self, data: bytes) -> None:
         if len(data) >= SIGNATURE_BYTES:
@@ -101,6 +102,11 @@ class Tailer:
             os.close(fd)
             raise
         with f:
+            if self._history and st.st_ino == self.inode and st.st_size >= self.offset:
+                self._settle(fd, self.offset)  # history skipped unopened: from its last newline on
+                n = min(self.offset, SIGNATURE_BYTES)
+                self._sig = os.pread(fd, n, self.offset - n) if n else b""
+            self._history = False
             if self.inode is not None and (st.st_ino != self.inode or st.st_size < self.offset
                                            or self._rewritten(fd)):
                 self.offset = 0
@@ -174,36 +180,49 @@ class Tailer:
                 self._consumed(buf)
         return res
 
-    def skip_to_end(self, tail_bytes: int = 0) -> bytes:
+    def skip_to_end(self, tail_bytes: int = 0, st: os.stat_result | None = None) -> bytes:
         """Take the file as read up to its last newline without reading it
         (history: followed from here on). An unterminated last line stays
         unread, as after :meth:`read`; one longer than ``max_line_bytes`` is
         skipped. Returns up to ``tail_bytes`` bytes that end at the new
         offset (the last lines, for a caller that wants to know them).
-        Raises ``OSError`` like :meth:`read`."""
+        With ``st`` (the file's stat) and no ``tail_bytes`` the file is not
+        even opened: the end is taken from ``st`` and the last newline
+        before it looked for at the first :meth:`read` (the bytes before it
+        do not change in an append-only file). Raises ``OSError`` like
+        :meth:`read`."""
+        if st is not None and not tail_bytes:
+            self.offset, self.inode, self.size, self.mtime_ns = st.st_size, st.st_ino, st.st_size, st.st_mtime_ns
+            self._history = True
+            return b""
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", self.path)
-            size, pos, end, skipping = st.st_size, st.st_size, 0, False
-            while pos > 0:
-                start = max(0, pos - CHUNK_BYTES)
-                nl = os.pread(fd, pos - start, start).rfind(b"\n")
-                if nl >= 0:
-                    end = start + nl + 1
-                    break
-                pos = start
-                if size - pos > self.max_line_bytes:  # an oversized line in progress: skip it
-                    end, skipping = size, True
-                    break
-            n = min(end, max(tail_bytes, SIGNATURE_BYTES))
-            tail = os.pread(fd, n, end - n) if n else b""
+            self._settle(fd, st.st_size)
+            n = min(self.offset, max(tail_bytes, SIGNATURE_BYTES))
+            tail = os.pread(fd, n, self.offset - n) if n else b""
         finally:
             os.close(fd)
-        self.offset, self._skipping, self._sig = end, skipping, tail[-SIGNATURE_BYTES:]
-        self.inode, self.size, self.mtime_ns = st.st_ino, size, st.st_mtime_ns
+        self._sig = tail[-SIGNATURE_BYTES:]
+        self.inode, self.size, self.mtime_ns = st.st_ino, st.st_size, st.st_mtime_ns
         return tail[-tail_bytes:] if tail_bytes else b""
+
+    def _settle(self, fd: int, size: int) -> None:
+        """Set the offset just after the last newline before ``size``."""
+        pos, end, skipping, step = size, 0, False, 1 << 12
+        while pos > 0:  # back from the end, in growing steps, to the last newline
+            start = max(0, pos - step)
+            nl = os.pread(fd, pos - start, start).rfind(b"\n")
+            if nl >= 0:
+                end = start + nl + 1
+                break
+            pos, step = start, min(step * 4, CHUNK_BYTES)
+            if size - pos > self.max_line_bytes:  # an oversized line in progress: skip it
+                end, skipping = size, True
+                break
+        self.offset, self._skipping, self._history = end, skipping, False
 
     def _rewritten(self, fd: int) -> bool:
         """True when the bytes just before the offset are no longer those

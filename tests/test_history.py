@@ -76,9 +76,10 @@ def test_old_sessions_skipped_active_right_append_pages_once(tmp_path):
         assert exp.value("coding_agent_transcript_lines_total") == new_lines
         assert exp.value("coding_agent_transcript_parse_errors_total") == errors
         assert exp.state(claude_old) is None and exp.state(CODEX_OLD_ID) is None
-        assert exp.value("coding_agent_files_watched") == 4
+        # history files are followed too (taken up right after ready)
+        wait_for(lambda: exp.value("coding_agent_files_watched") == 4, what="4 files followed")
         skipped = old_claude.stat().st_size + old_codex.stat().st_size
-        assert re.search(r"start-up scan done in [\d.]+ s: read 2 files \([\d.]+ kB\), skipped 2 files "
+        assert re.search(r"start-up scan done in [\d.]+ s: read 2 files \([\d.]+ kB in [\d.]+ s\), skipped 2 files "
                          r"\(%.1f kB\) as history \(not written for 86400 s\)" % (skipped / 1e3), exp.log()), exp.log()
         # active states at ready: as scan says for their files
         assert len(scanned) == 2

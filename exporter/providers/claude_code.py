@@ -55,6 +55,9 @@ LABEL = "Claude Code"
 #: Every record names its session (``sessionId``, ``cwd``): a file followed
 #: from its end needs nothing from its beginning.
 SESSION_IN_FIRST_RECORD = False
+#: Resume (and fork) write the old conversation into a new file, uuids
+#: included: a reader must know the records that ended old sessions.
+REPLAYS_INTO_NEW_FILES = True
 
 #: Turns longer than this get a ``system/turn_duration`` record (2.1.x
 #: before ``EVERY_TURN_DURATION``).
@@ -99,14 +102,15 @@ def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
     Returns ``(session_id, sidechain)`` or ``None`` when the file is not a
     transcript. ``session_id`` is ``None`` when only the records can tell
     (2.0.x sibling ``agent-*.jsonl`` files carry the parent's ``sessionId``).
+    ``root`` and ``path`` are ``str`` or ``Path`` (strings are cheaper: this
+    runs once per file of a history).
     """
-    name = path.name
+    path, root = os.fspath(path), os.fspath(root)
+    name = os.path.basename(path)
     if not name.endswith(".jsonl"):
         return None
-    try:
-        parts = path.relative_to(root).parts
-    except ValueError:
-        parts = path.parts[-4:]
+    prefix = root.rstrip(os.sep) + os.sep
+    parts = path[len(prefix):].split(os.sep) if path.startswith(prefix) else path.split(os.sep)[-4:]
     if name.startswith("agent-"):
         # <project>/<sessionId>/subagents/agent-<id>.jsonl (2.1.2+)
         if len(parts) >= 3 and parts[-2] == "subagents":
