@@ -212,9 +212,13 @@ def bench_history(work: Path, size: int, repeat: int) -> dict:
     gen.history(b, size, 0.0, seed=8)
     names = set(meta["recent_sessions"])
     recent = [p for p in sorted(a.rglob("*.jsonl")) if gen._session_of(a, p) in names]
-    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", *map(str, recent)],
-                         cwd=ROOT, capture_output=True, text=True, check=True)
-    want = {r["session_id"]: r["state"] for r in map(json.loads, out.stdout.splitlines())}
+
+    def scan_states(at: float) -> dict:
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", "--at", str(at),
+                              *map(str, recent)], cwd=ROOT, capture_output=True, text=True, check=True)
+        return {r["session_id"]: r["state"] for r in map(json.loads, out.stdout.splitlines())}
+
+    want = scan_states(time.time())
     scan_s = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -243,8 +247,10 @@ def bench_history(work: Path, size: int, repeat: int) -> dict:
                 try:
                     row[phase].append(ex.ready_s)
                     row["rss"].append(ex.status("VmHWM"))
+                    at = time.time()
                     text = ex.scrape()
                     got = {sid: ex.state(text, sid) for sid in want}
+                    want = scan_states(at)  # time-based rules (inferred, stalled): the same instant
                     row.setdefault("wrong", 0)
                     row["wrong"] = max(row["wrong"], sum(got[k] != v for k, v in want.items()))
                 finally:
