@@ -3,7 +3,7 @@ alert latency, peak memory, idle CPU — measured in one run, printed as a
 table with ratios and targets.
 
     python3 bench/run.py                 # reduced sizes, a few minutes
-    python3 bench/run.py --full          # the sizes of the targets (issue 7)
+    python3 bench/run.py --full          # the sizes of the targets (issues 7 and 13)
 
 ``--full`` is ``--history-size 3GB --size 400MB --sessions 10000 --huge-line 200MB
 --idle-files 1000 --idle-seconds 60 --appends 200 --poll-appends 40
@@ -596,7 +596,10 @@ def table(r: dict, args) -> str:
         b = s["best"]
         rows += [
             ("cold scan, whole `scan --json` command", f"{b['scan']:.2f} s ({s['mb_s']['scan']:.0f} MB/s)",
-             "≥ 2× orjson loop", f"**{s['ratio_orjson']:.2f}×** orjson loop, {s['ratio_floor']:.2f}× read floor"),
+             "≥ 1.0× orjson loop (both cores)",
+             ("met: " if s["ratio_orjson"] >= 1.0 else "**missed: ")
+             + f"{s['ratio_orjson']:.2f}×**"[: None if s["ratio_orjson"] < 1.0 else -2]
+             + f" the orjson loop, {s['ratio_floor']:.2f}× the read floor"),
             ("— loop: read lines only (floor)", f"{b['read']:.2f} s ({s['mb_s']['read']:.0f} MB/s)", "", ""),
             ("— loop: `orjson.loads` every line", f"{b['orjson']:.2f} s ({s['mb_s']['orjson']:.0f} MB/s)", "", ""),
         ]

@@ -297,7 +297,7 @@ class Daemon:
         for path, prov, root in files:
             try:
                 st = os.stat(path)
-                mtime, size = st.st_mtime, st.st_size
+                mtime, size, st = st.st_mtime, st.st_size, (st.st_ino, st.st_size, st.st_mtime_ns)
             except OSError:
                 st, mtime, size = None, cutoff, 0  # let the reader say what is wrong
             if not skip:

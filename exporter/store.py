@@ -172,9 +172,10 @@ class SessionStore:
         return True
 
     def skip(self, path: str, provider: str, root: Path | None = None, role=False,
-             st: os.stat_result | None = None) -> int | None:
+             st: tuple | None = None) -> int | None:
         """Follow ``path`` from its end without decoding it (history, see
-        ``sources.skip_history``); ``st`` is its stat. Decoded, and only
+        ``sources.skip_history``); ``st`` is its ``(st_ino, st_size,
+        st_mtime_ns)``. Decoded, and only
         where needed: the records ending its last turn within the last
         ``HISTORY_TAIL_BYTES`` (their identities go to :attr:`history`) when
         the provider's resume copies a conversation into a new file
@@ -187,6 +188,7 @@ class SessionStore:
         if not self.track(path, provider, root, role):
             return None
         f = self.files[path]
+        f.decoder = None  # made at the first append: a history file costs little while it stays one
         tail_bytes = HISTORY_TAIL_BYTES if f.provider.REPLAYS_INTO_NEW_FILES and not f.sidechain else 0
         try:
             tail = f.tailer.skip_to_end(tail_bytes, st)
@@ -203,6 +205,8 @@ class SessionStore:
         """The first record of a file skipped as history, when it names the
         session (a Codex ``session_meta``): it binds the appended records."""
         f.head_unread = False
+        if f.decoder is None:
+            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
         try:
             with open(f.path, "rb") as fh:
                 first = fh.readline(HISTORY_HEAD_BYTES)
@@ -291,6 +295,8 @@ class SessionStore:
             f.failing = False
         if f.head_unread and res.lines and not res.reset:
             self._read_head(f)
+        if f.decoder is None:
+            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
         if f.first_live is not None:
             live, f.first_live = f.first_live, None
         m = self.metrics

@@ -180,19 +180,21 @@ class Tailer:
                 self._consumed(buf)
         return res
 
-    def skip_to_end(self, tail_bytes: int = 0, st: os.stat_result | None = None) -> bytes:
+    def skip_to_end(self, tail_bytes: int = 0, st: tuple | None = None) -> bytes:
         """Take the file as read up to its last newline without reading it
         (history: followed from here on). An unterminated last line stays
         unread, as after :meth:`read`; one longer than ``max_line_bytes`` is
         skipped. Returns up to ``tail_bytes`` bytes that end at the new
         offset (the last lines, for a caller that wants to know them).
-        With ``st`` (the file's stat) and no ``tail_bytes`` the file is not
+        With ``st`` (the file's ``(st_ino, st_size, st_mtime_ns)``) and no
+        ``tail_bytes`` the file is not
         even opened: the end is taken from ``st`` and the last newline
         before it looked for at the first :meth:`read` (the bytes before it
         do not change in an append-only file). Raises ``OSError`` like
         :meth:`read`."""
         if st is not None and not tail_bytes:
-            self.offset, self.inode, self.size, self.mtime_ns = st.st_size, st.st_ino, st.st_size, st.st_mtime_ns
+            self.inode, self.size, self.mtime_ns = st
+            self.offset = self.size
             self._history = True
             return b""
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
