@@ -344,13 +344,12 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
     """The daemon's start-up read: ``files`` (``(path, provider, root,
     size)``) into ``store``, backfill up to ``until[path]`` and news after
     it (see :func:`_read_files`), split over forked workers like a ``scan``
-    when there is enough to read. Each worker reads into a store of its own
-    (with ``store.history``); ``store`` adopts their files and sessions."""
+    when there is enough to read. Each worker reads into a store of its own;
+    ``store`` adopts their files and sessions."""
     n = _workers() if workers is None else max(1, workers)
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         def work(shard, label):
             part = make_store(cfg)
-            part.history = store.history
             _read_files(part, [files[i] for i in shard], label, until, stop)
             return sorted(set(part.sessions)), part.export()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .decode import LineError, decode_line
-from .events import SIGNIFICANT, Kind
+from .events import Kind
 from .metrics import Metrics
 from .providers import claude_code, codex
 from .reducer import SessionReducer, Status, Timing
@@ -28,8 +28,6 @@ log = logging.getLogger(__name__)
 
 #: Longer (or unprintable) session ids are replaced by a digest in labels.
 MAX_ID_CHARS = 128
-#: Bytes at the end of a history file decoded to learn its last record.
-HISTORY_TAIL_BYTES = 16 << 10
 #: Bytes of a history file's first line read when the provider names the
 #: session there (Codex ``session_meta``).
 HISTORY_HEAD_BYTES = 1 << 20
@@ -47,11 +45,6 @@ def project_label(cwd: str | None, mode: str) -> str:
     if mode == "hashed":
         return hashlib.sha256(cwd.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return cwd.rstrip("/\\").replace("\\", "/").rsplit("/", 1)[-1]
-
-
-def _line_digest(line: bytes) -> str:
-    """Identity of a record the provider names none for (Codex): its bytes."""
-    return hashlib.blake2b(line, digest_size=12).hexdigest()
 
 
 @dataclass
@@ -146,12 +139,6 @@ class SessionStore:
         #: the daemon marks as news (``live``) the endings of sessions its
         #: previous run left open.
         self.news = None
-        #: Identities of the records that end the last turn of every file
-        #: skipped as history (its trailing main-thread output, end markers,
-        #: errors, waits): a resumed or forked session that replays one
-        #: (Claude Code's resume copies the conversation, uuids included)
-        #: would decide its state with old news, which must not page.
-        self.history: set = set()
         self._watched_gauges: dict = {}
 
     # -- files -------------------------------------------------------------
@@ -175,29 +162,25 @@ class SessionStore:
              st: tuple | None = None) -> int | None:
         """Follow ``path`` from its end without decoding it (history, see
         ``sources.skip_history``); ``st`` is its ``(st_ino, st_size,
-        st_mtime_ns)``. Decoded, and only
-        where needed: the records ending its last turn within the last
-        ``HISTORY_TAIL_BYTES`` (their identities go to :attr:`history`) when
-        the provider's resume copies a conversation into a new file
-        (``REPLAYS_INTO_NEW_FILES``) and the file is no subagent's; at the
-        first append, the first record when the provider names the session
-        there (``SESSION_IN_FIRST_RECORD``: Codex ``session_meta`` gives the
-        id, cwd, subagent parent and fork point). Returns the bytes skipped,
+        st_mtime_ns)`` (the file is then not even opened). Nothing of it is
+        needed to tell a resumed or forked session's replay of it: the copy
+        says so itself (Claude records naming another session, Codex
+        ``forked_from_id``). Where the provider names the session in the
+        first record only (``SESSION_IN_FIRST_RECORD``: Codex
+        ``session_meta`` gives the id, cwd, subagent parent and fork point),
+        that record is read at the first append. Returns the bytes skipped,
         or None when the file is no transcript or cannot be read (the caller
         then reads it as usual)."""
         if not self.track(path, provider, root, role):
             return None
         f = self.files[path]
         f.decoder = None  # made at the first append: a history file costs little while it stays one
-        tail_bytes = HISTORY_TAIL_BYTES if f.provider.REPLAYS_INTO_NEW_FILES and not f.sidechain else 0
         try:
-            tail = f.tailer.skip_to_end(tail_bytes, st)
+            f.tailer.skip_to_end(st)
         except OSError:
             f.tailer = Tailer(path, self.max_line_bytes)
             return None
         f.head_unread = f.provider.SESSION_IN_FIRST_RECORD
-        if tail:
-            self._remember_tail(f, tail)
         return f.tailer.offset
 
     @staticmethod
@@ -206,7 +189,7 @@ class SessionStore:
         session (a Codex ``session_meta``): it binds the appended records."""
         f.head_unread = False
         if f.decoder is None:
-            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
+            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain, file_session=f.name_sid)
         try:
             with open(f.path, "rb") as fh:
                 first = fh.readline(HISTORY_HEAD_BYTES)
@@ -218,25 +201,6 @@ class SessionStore:
             return
         if ev is not None and ev.kind == Kind.SESSION:
             f.head = ev
-
-    def _remember_tail(self, f: _File, tail: bytes) -> None:
-        lines = tail.split(b"\n")[:-1]
-        if len(tail) >= HISTORY_TAIL_BYTES:
-            lines = lines[1:]  # the first may be the end of a longer line
-        dec = f.provider.FileDecoder(sidechain_file=f.sidechain)
-        marked = 0
-        for line in reversed(lines[-64:]):
-            try:
-                obj = decode_line(line)
-                ev = dec.project(obj) if obj else None
-            except Exception:
-                continue
-            if ev is None or ev.kind not in SIGNIFICANT or ev.sidechain:
-                continue
-            if ev.kind in (Kind.START, Kind.WORK) or marked == 8:
-                return  # the records that could end the last turn are behind
-            self.history.add(ev.ident if ev.ident is not None else _line_digest(line))
-            marked += 1
 
     def _watched(self, provider: str):
         """``coding_agent_files_watched{provider}`` (its child, cached: one
@@ -296,7 +260,7 @@ class SessionStore:
         if f.head_unread and res.lines and not res.reset:
             self._read_head(f)
         if f.decoder is None:
-            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain)
+            f.decoder = f.provider.FileDecoder(sidechain_file=f.sidechain, file_session=f.name_sid)
         if f.first_live is not None:
             live, f.first_live = f.first_live, None
         m = self.metrics
@@ -360,12 +324,10 @@ class SessionStore:
             return
         ident = ev.ident
         if ident is None:
-            ident = _line_digest(line)
+            ident = hashlib.blake2b(line, digest_size=12).hexdigest()
             key = f"{s.session_id}:{ident}"
         else:
             key = ident
-        if self.history and ident in self.history:
-            live = False  # a replay of a history file's last record
         if ident in s.seen:
             m.duplicates.labels(f.provider.NAME).inc()
             s.counters.duplicates += 1

@@ -66,7 +66,7 @@ class Tailer:
         self.mtime_ns = -1
         self._skipping = False
         self._sig = b""  # the last bytes before ``offset`` (rewrite detection)
-        self._history = False  # skip_to_end(defer=True): the offset is settled at the first read
+        self._history = False  # skip_to_end(st): the offset is settled at the first read
 
     def _consumed(self, data: bytes) -> None:
         if len(data) >= SIGNATURE_BYTES:
@@ -180,36 +180,30 @@ class Tailer:
                 self._consumed(buf)
         return res
 
-    def skip_to_end(self, tail_bytes: int = 0, st: tuple | None = None) -> bytes:
+    def skip_to_end(self, st: tuple | None = None) -> None:
         """Take the file as read up to its last newline without reading it
         (history: followed from here on). An unterminated last line stays
         unread, as after :meth:`read`; one longer than ``max_line_bytes`` is
-        skipped. Returns up to ``tail_bytes`` bytes that end at the new
-        offset (the last lines, for a caller that wants to know them).
-        With ``st`` (the file's ``(st_ino, st_size, st_mtime_ns)``) and no
-        ``tail_bytes`` the file is not
-        even opened: the end is taken from ``st`` and the last newline
-        before it looked for at the first :meth:`read` (the bytes before it
-        do not change in an append-only file). Raises ``OSError`` like
-        :meth:`read`."""
-        if st is not None and not tail_bytes:
+        skipped. With ``st`` (the file's ``(st_ino, st_size, st_mtime_ns)``)
+        the file is not even opened: its end is taken from ``st``, and the
+        last newline before it is looked for at the first :meth:`read` (the
+        bytes before it do not change in an append-only file). Raises
+        ``OSError`` like :meth:`read`."""
+        if st is not None:
             self.inode, self.size, self.mtime_ns = st
-            self.offset = self.size
-            self._history = True
-            return b""
+            self.offset, self._history = self.size, True
+            return
         fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", self.path)
             self._settle(fd, st.st_size)
-            n = min(self.offset, max(tail_bytes, SIGNATURE_BYTES))
-            tail = os.pread(fd, n, self.offset - n) if n else b""
+            n = min(self.offset, SIGNATURE_BYTES)
+            self._sig = os.pread(fd, n, self.offset - n) if n else b""
         finally:
             os.close(fd)
-        self._sig = tail[-SIGNATURE_BYTES:]
         self.inode, self.size, self.mtime_ns = st.st_ino, st.st_size, st.st_mtime_ns
-        return tail[-tail_bytes:] if tail_bytes else b""
 
     def _settle(self, fd: int, size: int) -> None:
         """Set the offset just after the last newline before ``size``."""

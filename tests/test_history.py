@@ -86,13 +86,12 @@ def test_old_sessions_skipped_active_right_append_pages_once(tmp_path):
         for sid, row in scanned.items():
             assert exp.state(sid) == row["state"], (sid, row)
 
-        # A resumed Claude session that copies the old conversation (same
-        # uuids) replays old news: no page, although the old file was never
-        # decoded.
+        # A resumed Claude session whose new file starts with a copy of the old
+        # conversation (same records, still naming the old session) replays
+        # old news: no page, although the old file was never decoded.
         replay_sid = "c0000024-2424-4424-8424-00000000beef"
-        replay = old_claude.read_bytes().replace(claude_old.encode(), replay_sid.encode())
-        append_lines(claude_path(tmp_path, replay_sid), replay, 0.01)
-        exp.wait_state(replay_sid, "completed")
+        append_lines(claude_path(tmp_path, replay_sid), old_claude.read_bytes(), 0.01)
+        wait_for(lambda: exp.value("coding_agent_files_watched") == 5, what="the resumed session's file followed")
 
         # Appends to the old files are read from where they ended and page once.
         now = time.time()

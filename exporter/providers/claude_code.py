@@ -55,9 +55,6 @@ LABEL = "Claude Code"
 #: Every record names its session (``sessionId``, ``cwd``): a file followed
 #: from its end needs nothing from its beginning.
 SESSION_IN_FIRST_RECORD = False
-#: Resume (and fork) write the old conversation into a new file, uuids
-#: included: a reader must know the records that ended old sessions.
-REPLAYS_INTO_NEW_FILES = True
 
 #: Turns longer than this get a ``system/turn_duration`` record (2.1.x
 #: before ``EVERY_TURN_DURATION``).

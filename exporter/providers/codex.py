@@ -45,10 +45,6 @@ LABEL = "Codex"
 #: The first record names the session (``session_meta``: id, cwd, subagent
 #: parent, fork point); a file followed from its end still needs it.
 SESSION_IN_FIRST_RECORD = True
-#: Forks replay the parent's history in a new rollout, but after their own
-#: ``session_meta`` with ``forked_from_id``: the decoder knows the replay.
-#: Resume appends to the same rollout.
-REPLAYS_INTO_NEW_FILES = False
 
 _ROLLOUT = re.compile(r"^rollout-.*?([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 _TOOL_CALLS = ("function_call", "custom_tool_call", "local_shell_call", "web_search_call",
