@@ -271,7 +271,7 @@ def test_resumed_session_replaying_history_does_not_page(tmp_path):
         new_sid = "c0000024-2424-4424-8424-00000000beef"
         append_lines(claude_path(tmp_path, new_sid), src.read_bytes(), 0.02)
         time.sleep(1.0)
-        assert exp.state(new_sid) == "unknown"  # nothing of its own yet
+        assert exp.state(new_sid) == "completed"  # the copied history sets the state, as a backlog does
         assert receiver.messages == []
         # new work in the resumed session pages
         more = (b'{"type":"user","uuid":"n1","sessionId":"%s","cwd":"/home/dev/proj","timestamp":"2026-05-01T11:00:00Z",'
