@@ -21,6 +21,7 @@ are read; nothing of a body is logged.
 
 from __future__ import annotations
 
+import base64
 import collections
 import hashlib
 import logging
@@ -29,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,31 +224,31 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
     return "spooled" if spool(state_dir, provider, body, at) else "dropped"
 
 
+def _split_credentials(url: str) -> tuple[SplitResult, str | None]:
+    """``url`` (scheme optional: http) without its ``user:password@``, and
+    that ``user:password`` (or None)."""
+    parts = urlsplit(url if "://" in url else "http://" + url)
+    if "@" not in parts.netloc:
+        return parts, None
+    cred, host = parts.netloc.rsplit("@", 1)
+    return parts._replace(netloc=host), cred
+
+
 def redact_url(url: str) -> str:
     """``url`` with any ``user:password@`` replaced by ``***@`` (for logs)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    host = rest.split("/", 1)
-    if "@" in host[0]:
-        host[0] = "***@" + host[0].rsplit("@", 1)[1]
-    return (scheme + sep if sep else "") + "/".join(host)
+    parts, cred = _split_credentials(url)
+    return urlunsplit(parts._replace(netloc="***@" + parts.netloc)) if cred is not None else urlunsplit(parts)
 
 
 def _target(url: str, provider: str) -> tuple[str, dict]:
-    from urllib.parse import unquote, urlsplit, urlunsplit
-    import base64
-
-    parts = urlsplit(url if "://" in url else "http://" + url)
+    parts, cred = _split_credentials(url)
     headers = {}
-    netloc = parts.netloc
-    if "@" in netloc:
-        cred, netloc = netloc.rsplit("@", 1)
+    if cred is not None:
         user, _, password = cred.partition(":")
         token = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
         headers["Authorization"] = f"Basic {token}"
     path = parts.path.rstrip("/") + f"/hooks/{provider}"
-    return urlunsplit((parts.scheme, netloc, path, "", "")), headers
+    return urlunsplit((parts.scheme, parts.netloc, path, "", "")), headers
 
 
 def spool(state_dir: Path, provider: str, body: bytes, at: float) -> bool:
