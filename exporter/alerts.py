@@ -27,13 +27,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import apprise
+from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .store import PROVIDER_MODULES, Session, Transition, project_label
+
+if TYPE_CHECKING:  # imported where a target is built: start-up without alerts does not load it
+    import apprise
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,10 @@ def build_targets(cfg: Config) -> list[Target]:
     entries = list(cfg.alerts.urls)
     env = os.environ.get(cfg.alerts.url_env, "") if cfg.alerts.url_env else ""
     entries += [e for e in env.split() if e]
+    if not entries and not cfg.alerts.config_file:
+        return []
+    import apprise  # about 0.15 s of imports: only where alerts are configured
+
     plugins = []
     for i, entry in enumerate(entries):
         tags, url = _split_tags(entry)
@@ -141,6 +147,8 @@ def test_alert(cfg: Config) -> int:
         print("no Apprise URLs configured (alerts.urls, alerts.config_file or "
               f"${cfg.alerts.url_env}); nothing sent")
         return 1
+    import apprise
+
     failed = 0
     ap_log = logging.getLogger("apprise")
     for t in targets:
@@ -445,6 +453,8 @@ class Alerter:
                 threading.Timer(delay, self._work.put, args=(p,)).start()
 
     def _deliver(self, p: Pending) -> None:
+        import apprise
+
         tag = self.a.tags.get(p.kind, p.kind)
         notify_type = apprise.NotifyType.FAILURE if p.kind == "error" else (
             apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS)

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import orjson
 
@@ -177,7 +178,6 @@ def _scan_hint(args, cfg) -> str:
 
 
 def _scan(args, cfg) -> int:
-    import time
 
     from .scan import format_table, print_progress, scan
 
@@ -252,6 +252,20 @@ def _run(args, cfg) -> int:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _signal)
 
+    # The start-up walk of the transcript folders (a stat per file: the
+    # larger part of the time to ready with a heavy history) begins in a
+    # forked process now, while the rest is imported and set up.
+    from .history import horizon, split_early
+    from .sources import configured_roots
+
+    early = split_early(configured_roots(cfg), horizon(cfg), time.time())
+    try:
+        return _serve(args, cfg, stop, early)
+    finally:
+        early.cancel()  # unless the daemon took its result
+
+
+def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .alerts import Alerter
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
@@ -278,7 +292,7 @@ def _run(args, cfg) -> int:
         print(f"coding-agent-exporter: cannot use state_dir {cfg.resolved_state_dir()}: {e.strerror or e} "
               "(set state_dir in the config file)", file=sys.stderr)
         return 1
-    daemon = Daemon(cfg, metrics, alerter)
+    daemon = Daemon(cfg, metrics, alerter, early)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
     from .statuspage import status_app
 

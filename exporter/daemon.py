@@ -18,17 +18,21 @@ from pathlib import Path
 
 from .config import Config
 from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
+from .history import HistoryIndex, horizon, split_start_up
 from .hooks import HookInbox
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store, read_start_up
 from .sources import configured_roots, describe_root
-from .store import PROVIDER_MODULES, Transition
+from .store import Transition
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
 CHECKPOINT_EVERY_SECONDS = 5.0
+#: The poll walks the roots at most once per this many times the last
+#: walk's duration (1 % of a core; see Daemon._poll).
+WALK_COST_FACTOR = 100.0
 
 
 def _stat_key(st: os.stat_result) -> tuple:
@@ -58,8 +62,10 @@ class Daemon:
     evaluation and ``tick(now)`` on every loop.
     """
 
-    def __init__(self, cfg: Config, metrics: Metrics | None = None, alerter=None):
+    def __init__(self, cfg: Config, metrics: Metrics | None = None, alerter=None, early_split=None):
         self.cfg = cfg
+        #: The start-up walk begun early (``history.split_early``, by the CLI), or None.
+        self.early_split = early_split
         self.metrics = metrics or Metrics()
         self.store = make_store(cfg, self.metrics)
         self.store.session_ttl = cfg.metrics.session_ttl_seconds
@@ -87,20 +93,25 @@ class Daemon:
         self._denied: set[str] = set()  # folders that could not be listed at the last poll
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
         self._next_coverage = 0.0
-        self._history: list = []  # files left as history by the start-up scan, not yet followed
+        self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
+        self._folders: dict[str, int] = {}  # root → folders its last walk listed
+        #: Files the start-up scan left as history, followed from their end once they change.
+        self.history = HistoryIndex()
+        self._prev_history: HistoryIndex | None = None  # the previous run's, from its checkpoint
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
-        """Start watching, then read everything there is (backfill) in the
-        worker thread; ``ready`` is set when that first pass is done."""
+        """Read everything there is (backfill) in the worker thread;
+        ``ready`` is set when that first pass is done. The file watches are
+        placed right after it (placing them costs about 10 µs a folder, and
+        nothing needs them before), followed by one stat of every file, so
+        that nothing written meanwhile waits for the poll."""
         for prov, root in self.roots:
             if root.is_dir():
                 log.info("reading %s transcripts under %s", prov, root)
             else:
                 log.info("waiting for %s folder %s (it %s)", prov, root, describe_root(prov, root))
                 self._missing.add(root)
-        if self.watcher:
-            self.watcher.ensure()
         self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
         self._thread.start()
 
@@ -125,11 +136,12 @@ class Daemon:
         open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
                        if not s.hidden and s.status.state in ("working", "stalled"))
         open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
-        if (offsets, open_) == self._saved and not force:
+        history = self.history.pack()
+        if (offsets, open_, history) == self._saved and not force:
             return
         try:
-            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_})
-            self._saved = (offsets, open_)
+            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_, "history": history})
+            self._saved = (offsets, open_, history)
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
 
@@ -167,9 +179,13 @@ class Daemon:
             # written meanwhile for old history (and page none of it).
             self._save_checkpoint(force=True)
         self.ready.set()
-        if self._history and not self._stop.is_set():
-            self._take_history()
-            self._save_checkpoint(force=True)
+        if self.watcher and not self._stop.is_set():
+            self.watcher.ensure()
+            try:
+                self._poll(count=False)  # what was written before the watches were in place
+                self._evaluate()
+            except Exception:  # pragma: no cover - keep following files whatever happens
+                log.exception("reader loop error; continuing")
         cfg = self.cfg
         next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
         next_eval = 0.0
@@ -231,24 +247,41 @@ class Daemon:
         open_ = cp.get("open")
         if isinstance(open_, list):
             self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
-        files = []
-        for prov, root in self.roots:
-            if root.is_dir():
-                files.extend((p, prov, root) for p in walk_jsonl(root))
-        files, history = self._split_history(files)
-        skipped, skipped_files = sum(h[3] for h in history), len(history)
-        self._history = history  # taken up right after ready (_take_history)
-        total = len(files)
+        packed = cp.get("history")
+        if isinstance(packed, str) and self._checkpoint is not None:
+            try:
+                self._prev_history = HistoryIndex.unpack(packed)
+            except ValueError:
+                log.warning("the checkpoint's history index is unusable; files appended while the exporter was "
+                            "down are read whole")
+        split = self.early_split.result() if self.early_split is not None else None
+        self.early_split = None
+        files, self.history = split or split_start_up(self.roots, horizon(self.cfg), time.time())
+        for prov, n in self.history.count.items():
+            if n:
+                self.store._watched(prov).inc(n)
+        # Files that were history at the previous run and were appended to
+        # while the exporter was down: from where they ended, the rest is news.
+        resumed = []
+        if self._prev_history is not None and self._prev_history.slots():
+            files, resumed = self._resumed_history(files)
+        total = len(files) + len(resumed)
         until = {path: self._resume_offset(path) for path, *_ in files}
         reading = time.monotonic()
         read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
                       lambda msg: log.info("start-up scan: %s", msg))
+        for path, prov, root, st in resumed:
+            if self._stop.is_set():
+                break
+            self.store.skip(path, prov, root, st=st)
+            self._read(path, live=True)
+        self._prev_history = None
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
         reading = time.monotonic() - reading
         read = 0
-        for path, *_ in files:
+        for path, *_ in files + resumed:
             f = self.store.files.get(path)
             if f is None:
                 continue
@@ -265,58 +298,29 @@ class Daemon:
         self._backfilled = True
         took = time.monotonic() - started
         log.info("start-up scan done in %.2f s: read %d files (%s in %.2f s), skipped %d files (%s) as history "
-                 "(not written for %g s); %d sessions", took, total, _size(read), reading, skipped_files,
-                 _size(skipped), self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
+                 "(not written for %g s); %d sessions", took, total, _size(read), reading, len(self.history),
+                 _size(self.history.bytes), self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
 
-    def _take_history(self) -> None:
-        """Follow the files the start-up scan left as history from their end
-        (see :meth:`SessionStore.skip`). Runs once, right after ready and
-        before the first file event or hook is handled: the states at ready
-        do not depend on it, so ready does not wait for it. A file that
-        cannot be skipped (unreadable, a head that is not a transcript) is
-        read as the start-up scan would have."""
-        history, self._history = self._history, []
-        for path, prov, root, _size, role, st in history:
-            if self._stop.is_set():
-                return
-            if self.store.skip(path, prov, root, role, st) is None:
-                self._read(path, live=False, until=self._resume_offset(path))
-                self._read(path, live=True)
-
-    def _split_history(self, files: list) -> tuple[list, list]:
-        """``(to read, history)``, each ``(path, provider, root, size)`` (and
-        for history the provider's ``classify_path`` of it): with ``sources.skip_history``, files not
-        written for ``metrics.session_ttl_seconds`` are history — their
-        sessions would expire at once and nothing in them is news — unless
-        another file of the same session (by the path: a Claude session and
-        its subagents) was written since."""
-        horizon = self.cfg.metrics.session_ttl_seconds
-        skip = self.cfg.sources.skip_history and horizon
-        cutoff = time.time() - horizon
-        old, new, recent = [], [], set()
-        for path, prov, root in files:
-            try:
-                st = os.stat(path)
-                mtime, size, st = st.st_mtime, st.st_size, (st.st_ino, st.st_size, st.st_mtime_ns)
-            except OSError:
-                st, mtime, size = None, cutoff, 0  # let the reader say what is wrong
-            if not skip:
-                new.append((path, prov, root, size))
-                continue
-            role = PROVIDER_MODULES[prov].classify_path(root, path)
-            key = (prov, role[0]) if role is not None and role[0] is not None else None
-            if mtime < cutoff:
-                old.append((path, prov, root, size, role, key, st))
-            else:
-                new.append((path, prov, root, size))
-                recent.add(key)
-        history = []
-        for path, prov, root, size, role, key, st in old:
-            if key is not None and key in recent:
-                new.append((path, prov, root, size))
-            else:
-                history.append((path, prov, root, size, role, st))
-        return new, history
+    def _resumed_history(self, files: list) -> tuple[list, list]:
+        """Split ``files`` (to read at start-up) into those to read as usual and
+        those the previous run left as history that grew since (same inode,
+        not shorter): ``(path, provider, root, (st_ino, size then, 0))``,
+        followed from their old end (:meth:`SessionStore.skip`)."""
+        rest, resumed = [], []
+        for item in files:
+            path, prov, root, size = item
+            got = self._prev_history.get(path)
+            if got is not None and (self._checkpoint is None or path not in self._checkpoint):
+                ino, old_size, _mtime = got[1]
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    st = None
+                if st is not None and st.st_ino == ino and st.st_size >= old_size:
+                    resumed.append((path, prov, root, (ino, old_size, 0)))
+                    continue
+            rest.append(item)
+        return rest, resumed
 
     def _resume_offset(self, path: str) -> int | None:
         """Where the previous run stopped reading ``path`` (None: the whole
@@ -351,7 +355,14 @@ class Daemon:
         store = self.store
         if path not in store.files:
             hit = self._root_of(path)
-            if hit is None or not os.path.isfile(path) or not store.track(path, hit[0], hit[1]):
+            if hit is None or not os.path.isfile(path):
+                return
+            old = self.history.take(path)
+            if old is not None:  # history until now: followed from where it ended
+                store._watched(old[0]).dec()
+                if store.skip(path, hit[0], hit[1], st=old[1]) is None:
+                    return
+            elif not store.track(path, hit[0], hit[1]):
                 return
         try:
             st = os.stat(path)
@@ -395,35 +406,36 @@ class Daemon:
                 if p not in self.store.files:
                     self._read(p, live=True)
 
-    def _poll(self) -> bool:
-        """Stat every known file, walk the roots for new ones, recover what
-        the watcher missed (counted), drop files that vanished. True when it
-        read something (the caller then evaluates at once)."""
+    def _poll(self, count: bool = True) -> bool:
+        """Stat every followed file, walk the roots for new files and changed
+        history files, recover what the watcher missed (counted, unless
+        ``count`` is false: before the watches were placed), drop files that
+        vanished. True when it read something (the caller then evaluates at
+        once).
+
+        The walk lists every folder and stats every history file: with a
+        heavy history that is most of the poll's cost, so it runs at most
+        once per ``WALK_COST_FACTOR`` times its own duration (a walk that
+        takes 0.3 s runs every 30 s or more: 1 % of a core), at every poll
+        for a small tree. File events find new and changed files at once
+        meanwhile; a root that appears is walked at the next poll."""
         store, m = self.store, self.metrics
         found = False
-        counting = self.watcher is not None
-        folders: dict[str, int] = {}
-        denied: dict[str, OSError] = {}
+        counting = self.watcher is not None and count
+        appeared = False
         for prov, root in self.roots:
             if not root.is_dir():
                 if root not in self._missing:
                     log.warning("%s folder %s disappeared; waiting for it", prov, root)
                     self._missing.add(root)
-                continue
-            if root in self._missing:
+            elif root in self._missing:
                 self._missing.discard(root)
                 log.info("%s folder %s appeared; reading it", prov, root)
-            stats = WalkStats()
-            for path in walk_jsonl(root, stats):
-                if path not in store.files and not self.queue.pending(path):
-                    if store.track(path, prov, root):
-                        if counting:
-                            m.poll_recoveries.labels(prov).inc()
-                        self._read(path, live=True)
-                        found = True
-            folders[str(root)] = stats.dirs
-            denied.update(stats.denied)
-        self._note_denied(denied)
+                appeared = True
+        now_m = time.monotonic()
+        if not count or appeared or now_m >= self._next_walk:
+            found = self._walk(counting)
+            self._next_walk = now_m + (time.monotonic() - now_m) * WALK_COST_FACTOR
         for path in list(store.files):
             try:
                 st = os.stat(path)
@@ -448,7 +460,56 @@ class Daemon:
             self.watcher.ensure()
             if time.monotonic() >= self._next_coverage:
                 self._next_coverage = time.monotonic() + 2.0
-                self.watcher.check_coverage(folders)
+                self.watcher.check_coverage(self._folders)
+        return found
+
+    def _walk(self, counting: bool) -> bool:
+        """The poll's walk of every root (see :meth:`_poll`): files not
+        followed yet are read (new ones from their start, history files that
+        changed from where they ended); history files no longer found are
+        forgotten. True when it read something."""
+        store, m, history = self.store, self.metrics, self.history
+        found = False
+        seen = bytearray(history.slots()) if len(history) else None
+        covered = True  # every root listed: a history file the walk did not find is gone
+        denied: dict[str, OSError] = {}
+        for prov, root in self.roots:
+            if root in self._missing:
+                covered = False
+                continue
+            stats = WalkStats()
+            for path in walk_jsonl(root, stats):
+                if path in store.files:
+                    continue
+                if seen is not None:
+                    i = history.position(path)
+                    if i >= 0:
+                        seen[i] = 1
+                        try:
+                            if history.unchanged(i, os.stat(path)):
+                                continue
+                        except OSError:
+                            continue
+                        if self.queue.pending(path):
+                            continue
+                        if counting:
+                            m.poll_recoveries.labels(prov).inc()
+                        self._read(path, live=True)
+                        found = True
+                        continue
+                if not self.queue.pending(path):
+                    if store.track(path, prov, root):
+                        if counting:
+                            m.poll_recoveries.labels(prov).inc()
+                        self._read(path, live=True)
+                        found = True
+            self._folders[str(root)] = stats.dirs
+            denied.update(stats.denied)
+        self._note_denied(denied)
+        if seen is not None and covered and not denied:
+            for prov, n in history.drop_unseen(seen).items():
+                if n:
+                    store._watched(prov).dec(n)
         return found
 
     def _note_denied(self, denied: dict[str, OSError]) -> None:

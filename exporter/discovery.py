@@ -44,9 +44,11 @@ class WalkStats:
         self.denied: dict[str, OSError] = {}
 
 
-def walk_jsonl(root: Path, stats: WalkStats | None = None):
+def walk_jsonl(root: Path, stats: WalkStats | None = None, entries: bool = False):
     """Yield every ``*.jsonl`` file path under ``root`` (no symlinked
-    folders followed; unreadable folders skipped, and noted in ``stats``)."""
+    folders followed; unreadable folders skipped, and noted in ``stats``);
+    with ``entries``, their ``os.DirEntry`` (``.path``, ``.name``, a
+    ``.stat()`` that follows symlinks)."""
     stack = [str(root)]
     while stack:
         d = stack.pop()
@@ -59,7 +61,7 @@ def walk_jsonl(root: Path, stats: WalkStats | None = None):
                         if e.is_dir(follow_symlinks=False):
                             stack.append(e.path)
                         elif e.name.endswith(".jsonl") and e.is_file():
-                            yield e.path
+                            yield e if entries else e.path
                     except OSError:
                         continue
         except FileNotFoundError:

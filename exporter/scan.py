@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import signal
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from .metrics import Metrics
 from .reducer import Timing
 from .sources import configured_roots
 from .store import PROVIDER_MODULES, SessionStore
+from .workers import fork_map, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -220,14 +219,6 @@ def _shards(files, n: int) -> list[list[int]]:
     return [sorted(s) for s in shards]
 
 
-def _workers() -> int:
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return n if hasattr(os, "fork") else 1
-
-
 def _rows_of(store: SessionStore, first: dict, shard: list[int], at: float | None) -> list[tuple]:
     """``(index of the session's first file, row)`` for every row; keys of
     every session the store built (hidden ones too) go with it."""
@@ -240,47 +231,12 @@ def _rows_of(store: SessionStore, first: dict, shard: list[int], at: float | Non
 
 def _fork(files, n: int, work, progress=None, stop=None) -> list | None:
     """Run ``work(shard, progress)`` (``shard``: indexes into ``files``;
-    returns ``(session keys, payload)``, picklable) on ``n`` shards: in
-    forked children and, for the first shard, in this process. Returns the
-    payloads, this process's first; ``None`` when a worker failed, two
-    workers built the same session, or ``stop()`` became true (children are
-    then killed)."""
-    shards = [s for s in _shards(files, n) if s]
-    children = []
-    for shard in shards[1:]:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 0
-            try:
-                os.close(r)
-                out = work(shard, None)
-                with os.fdopen(w, "wb") as pipe:
-                    pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        os.close(w)
-        children.append((pid, r))
-    label = (lambda msg: progress(f"{msg} (this process; {len(shards) - 1} more in parallel)")) if progress else None
-    results = [work(shards[0], label)]
-    failed = stopped = stop is not None and stop()
-    for pid, r in children:
-        with os.fdopen(r, "rb") as pipe:
-            if stopped:
-                os.kill(pid, signal.SIGKILL)
-            else:
-                try:
-                    results.append(pickle.load(pipe))
-                except (EOFError, pickle.UnpicklingError, OSError):
-                    failed = True
-        _, status = os.waitpid(pid, 0)
-        failed = failed or status != 0
-    if stopped:
-        return None
-    if failed:
-        log.warning("a reading worker failed; reading again in one process")
+    returns ``(session keys, payload)``, picklable) on ``n`` shards (see
+    :func:`fork_map`). Returns the payloads, this process's first; ``None``
+    when a worker failed, two workers built the same session, or ``stop()``
+    became true."""
+    results = fork_map([s for s in _shards(files, n) if s], work, progress, stop)
+    if results is None:
         return None
     seen: set = set()
     for keys, _payload in results:
@@ -318,7 +274,7 @@ def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float |
     ``provider``, else by the configured/default root they sit under, else by
     their records."""
     files = _discover(paths, cfg, provider)
-    n = _workers() if workers is None else max(1, workers)
+    n = worker_count() if workers is None else max(1, workers)
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         rows = _parallel(files, cfg, at, n, progress)
         if rows is not None:
@@ -346,7 +302,7 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
     it (see :func:`_read_files`), split over forked workers like a ``scan``
     when there is enough to read. Each worker reads into a store of its own;
     ``store`` adopts their files and sessions."""
-    n = _workers() if workers is None else max(1, workers)
+    n = worker_count() if workers is None else max(1, workers)
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         def work(shard, label):
             part = make_store(cfg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Config
-from .store import PROVIDER_MODULES
+from .providers import PROVIDER_MODULES
 
 
 def configured_roots(cfg: Config) -> list[tuple[str, Path]]:

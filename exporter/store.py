@@ -20,7 +20,7 @@ from types import ModuleType
 from .decode import LineError, decode_line
 from .events import Kind
 from .metrics import Metrics
-from .providers import claude_code, codex
+from .providers import PROVIDER_MODULES
 from .reducer import SessionReducer, Status, Timing
 from .tailer import Tailer
 
@@ -32,7 +32,6 @@ MAX_ID_CHARS = 128
 #: session there (Codex ``session_meta``).
 HISTORY_HEAD_BYTES = 1 << 20
 
-PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
 
 
 def project_label(cwd: str | None, mode: str) -> str:

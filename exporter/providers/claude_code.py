@@ -128,6 +128,24 @@ def group_hint(path: str) -> str:
     return os.sep.join(parts[:-1])
 
 
+def related_paths(path: str) -> list[str]:
+    """Where other files of ``path``'s session lie, by the layout (2.1.2+):
+    for ``<project>/<sid>.jsonl`` the folder ``<project>/<sid>`` (its
+    ``subagents/agent-*.jsonl``); for a subagent file
+    ``<project>/<sid>/subagents/agent-*.jsonl`` the main file
+    ``<project>/<sid>.jsonl`` and that folder. Paths that may not exist;
+    2.0.x sibling ``agent-*.jsonl`` files name their session only in their
+    records, so none for them."""
+    parts = path.split(os.sep)
+    if len(parts) >= 3 and parts[-2] == "subagents" and parts[-1].startswith("agent-"):
+        folder = os.sep.join(parts[:-2])
+        return [folder + ".jsonl", folder]
+    name = parts[-1]
+    if name.startswith("agent-") or not name.endswith(".jsonl"):
+        return []
+    return [path[: -len(".jsonl")]]
+
+
 def sniff(obj: dict) -> bool:
     """True when a decoded record looks like a Claude Code transcript line."""
     return "sessionId" in obj or "uuid" in obj or obj.get("type") in ("summary", "file-history-snapshot")

@@ -91,6 +91,13 @@ def group_hint(path: str) -> str | None:
     return ev.parent_id or ev.session_id
 
 
+def related_paths(path: str) -> list[str]:
+    """Where other files of ``path``'s session lie, by the layout: none (a
+    rollout is one session; a subagent's or a fork's rollout is a session
+    of its own, tied to its parent by its ``session_meta``)."""
+    return []
+
+
 def sniff(obj: dict) -> bool:
     """True when a decoded record looks like a Codex rollout line."""
     return "payload" in obj or "record_type" in obj or ("instructions" in obj and "id" in obj)

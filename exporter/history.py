@@ -1,0 +1,246 @@
+"""Heavy histories: which files the daemon's start-up leaves undecoded, and
+a record of them whose memory does not grow with the history.
+
+At start-up a file not written for the horizon (``metrics.session_ttl_seconds``)
+is *history*: its session would expire at once, and nothing in it can page
+(backfill never pages; ``alerts.max_age_seconds`` is shorter). It is
+stat'ed, not opened. Unless another file of its session was written within
+the horizon, it goes into a :class:`HistoryIndex` instead of the store: no
+path, no reader, no decoder — 33 bytes. When it changes (a file event, or
+the poll's walk finds its stat changed), the daemon takes it out of the
+index and follows it from where it ended (:meth:`SessionStore.skip`).
+
+The index also goes into the checkpoint (:meth:`HistoryIndex.pack`), so
+that a restart reads a history file appended while the exporter was down
+from where it ended, and pages only what was appended.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from array import array
+from bisect import bisect_left
+from pathlib import Path
+
+from .discovery import walk_jsonl
+from .providers import PROVIDER_MODULES
+from .workers import Forked
+
+_PROVIDERS = list(PROVIDER_MODULES)
+
+
+def path_key(path: str) -> int:
+    """A path's 64-bit key (BLAKE2b, signed; the same in every process and
+    run, unlike ``hash()``). A collision among a history's files (about
+    1e-10 for 50,000 of them) would follow one file from the other's end:
+    the inode must match too, so it could only misplace one read."""
+    return int.from_bytes(hashlib.blake2b(os.fsencode(path), digest_size=8).digest(), "little", signed=True)
+
+
+class HistoryIndex:
+    """Files left as history: per file its path's key (:func:`path_key`), its
+    provider, ``st_ino``, ``st_size`` and ``st_mtime_ns`` at start-up, in
+    flat arrays (33 bytes a file; paths are not kept). Built with
+    :meth:`add` then :meth:`seal`; looked up by path. Not thread-safe: the
+    daemon's reader thread owns it."""
+
+    def __init__(self) -> None:
+        self._key = array("q")
+        self._prov = array("b")
+        self._ino = array("Q")
+        self._size = array("q")  # -1: taken (followed now, or gone)
+        self._mtime = array("q")
+        self._sealed = True
+        self._packed: str | None = None
+        #: Files per provider still in the index.
+        self.count: dict[str, int] = dict.fromkeys(_PROVIDERS, 0)
+        #: Bytes the files had when they were put in (for the start-up log line).
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return sum(self.count.values())
+
+    def add(self, path: str, provider: str, st: os.stat_result) -> None:
+        """Put a file in (before :meth:`seal`)."""
+        self._key.append(path_key(path))
+        self._prov.append(_PROVIDERS.index(provider))
+        self._ino.append(st.st_ino)
+        self._size.append(st.st_size)
+        self._mtime.append(st.st_mtime_ns)
+        self.count[provider] += 1
+        self.bytes += st.st_size
+        self._sealed = False
+
+    def seal(self) -> None:
+        """Sort by key (lookups bisect)."""
+        if self._sealed:
+            return
+        order = sorted(range(len(self._key)), key=self._key.__getitem__)
+        for name in ("_key", "_prov", "_ino", "_size", "_mtime"):
+            old = getattr(self, name)
+            setattr(self, name, array(old.typecode, (old[i] for i in order)))
+        self._sealed = True
+        self._packed = None
+
+    def merge(self, other: HistoryIndex) -> None:
+        """Put in every file of ``other`` (before :meth:`seal`)."""
+        for name in ("_key", "_prov", "_ino", "_size", "_mtime"):
+            getattr(self, name).extend(getattr(other, name))
+        for prov, n in other.count.items():
+            self.count[prov] += n
+        self.bytes += other.bytes
+        self._sealed = False
+
+    def _find(self, path: str) -> int:
+        key = path_key(path)
+        i = bisect_left(self._key, key)
+        return i if i < len(self._key) and self._key[i] == key and self._size[i] >= 0 else -1
+
+    def get(self, path: str) -> tuple[str, tuple[int, int, int]] | None:
+        """``(provider, (st_ino, st_size, st_mtime_ns))`` as the file was put
+        in, or None when it is not (or no longer) in the index."""
+        i = self._find(path)
+        if i < 0:
+            return None
+        return _PROVIDERS[self._prov[i]], (self._ino[i], self._size[i], self._mtime[i])
+
+    def take(self, path: str) -> tuple[str, tuple[int, int, int]] | None:
+        """:meth:`get`, and the file leaves the index."""
+        i = self._find(path)
+        if i < 0:
+            return None
+        got = _PROVIDERS[self._prov[i]], (self._ino[i], self._size[i], self._mtime[i])
+        self._drop(i)
+        return got
+
+    def _drop(self, i: int) -> None:
+        self._size[i] = -1
+        self.count[_PROVIDERS[self._prov[i]]] -= 1
+        self._packed = None
+
+    def unchanged(self, i: int, st: os.stat_result) -> bool:
+        return st.st_ino == self._ino[i] and st.st_size == self._size[i] and st.st_mtime_ns == self._mtime[i]
+
+    def position(self, path: str) -> int:
+        """The entry's position (for :meth:`unchanged` and :meth:`drop_unseen`),
+        or -1."""
+        return self._find(path)
+
+    def drop_unseen(self, seen: bytearray) -> dict[str, int]:
+        """Drop every entry whose position is not marked in ``seen`` (a walk
+        that listed every folder did not find the file: it is gone).
+        Returns how many left, per provider."""
+        gone = dict.fromkeys(_PROVIDERS, 0)
+        for i in range(len(self._size)):
+            if not seen[i] and self._size[i] >= 0:
+                gone[_PROVIDERS[self._prov[i]]] += 1
+                self._drop(i)
+        return gone
+
+    def slots(self) -> int:
+        """Positions in the index (taken ones included): the size of a
+        ``seen`` map for :meth:`drop_unseen`."""
+        return len(self._key)
+
+    # -- the checkpoint ------------------------------------------------------
+    def pack(self) -> str:
+        """The files still in the index as one ASCII string (base64 of the
+        keys, inodes and sizes: 24 bytes a file before base64), for the
+        checkpoint. Cached until the index changes."""
+        if self._packed is None:
+            live = [i for i in range(len(self._size)) if self._size[i] >= 0]
+            raw = b"".join(array(a.typecode, (a[i] for i in live)).tobytes()
+                           for a in (self._key, self._ino, self._size))
+            self._packed = base64.b64encode(raw).decode("ascii")
+        return self._packed
+
+    @classmethod
+    def unpack(cls, text: str) -> HistoryIndex:
+        """An index from :meth:`pack` (provider and mtime unknown: for
+        :meth:`get`'s inode and size only). Raises ``ValueError`` when
+        ``text`` is not what :meth:`pack` writes (on this platform)."""
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        if len(raw) % 24:
+            raise ValueError("not a packed history index")
+        n = len(raw) // 24
+        idx = cls()
+        idx._key.frombytes(raw[:8 * n])
+        idx._ino.frombytes(raw[8 * n:16 * n])
+        idx._size.frombytes(raw[16 * n:])
+        idx._prov.frombytes(bytes(n))
+        idx._mtime.frombytes(bytes(8 * n))
+        idx._sealed = False
+        idx.seal()
+        return idx
+
+
+def horizon(cfg) -> float:
+    """Seconds without a write after which a file is history at start-up
+    (``metrics.session_ttl_seconds``), infinite when ``sources.skip_history``
+    is off or the TTL is 0 (read everything)."""
+    ttl = cfg.metrics.session_ttl_seconds
+    return ttl if cfg.sources.skip_history and ttl > 0 else float("inf")
+
+
+def split_start_up(roots: list[tuple[str, Path]], horizon: float, now: float) -> tuple[list, HistoryIndex]:
+    """Walk ``roots`` (``[(provider, root)]``): ``(to read, history)``.
+
+    ``to read`` is ``[(path, provider, root, size)]``: every file written
+    within ``horizon`` seconds before ``now`` (Unix seconds), every file
+    that cannot be stat'ed (the reader says what is wrong), and every older
+    file of a session that has a file written within the horizon (where the
+    provider's ``related_paths`` says such files lie). The other files go
+    into the returned :class:`HistoryIndex`; no list of them is built, so
+    memory does not grow with the history. Costs a folder listing and a
+    ``stat`` per file (about 10 µs); :func:`split_early` runs it in a
+    forked process while the exporter starts.
+    """
+    cutoff = now - horizon
+    index = HistoryIndex()
+    to_read: list = []
+    for prov, root in roots:
+        if not root.is_dir():
+            continue
+        for e in walk_jsonl(root, entries=True):
+            try:
+                st = e.stat()
+            except OSError:
+                to_read.append((e.path, prov, root, 0))  # the reader says what is wrong
+                continue
+            if st.st_mtime >= cutoff:
+                to_read.append((e.path, prov, root, st.st_size))
+            else:
+                index.add(e.path, prov, st)
+    index.seal()
+    # Older files of the sessions to read (a Claude session's subagents
+    # from days ago): read as well, so that the session is whole.
+    visited: set[str] = set()
+    extra = []
+    for path, prov, root, _size in to_read:
+        for rel in PROVIDER_MODULES[prov].related_paths(path):
+            if rel in visited:
+                continue
+            visited.add(rel)
+            if rel.endswith(".jsonl"):
+                found = [rel]
+            elif os.path.isdir(rel):
+                found = walk_jsonl(Path(rel))
+            else:
+                continue
+            for p in found:
+                got = index.take(p)
+                if got is not None:
+                    index.bytes -= got[1][1]
+                    extra.append((p, prov, root, got[1][1]))
+    return to_read + extra, index
+
+
+def split_early(roots: list[tuple[str, Path]], horizon: float, now: float) -> Forked:
+    """:func:`split_start_up` begun in a forked process now (its
+    ``result()``: the pair, or None to do it in this process). Called before
+    the rest of the exporter is imported and before any thread starts, so
+    the walk overlaps with them, and the fork is of a process with one
+    thread."""
+    return Forked(lambda: split_start_up(roots, horizon, now))
