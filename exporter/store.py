@@ -18,7 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .decode import LineError, decode_line
-from .events import Kind
+from .events import META, SESSION
 from .metrics import Metrics
 from .providers import claude_code, codex
 from .reducer import SessionReducer, Status, Timing
@@ -199,7 +199,7 @@ class SessionStore:
             ev = f.decoder.project(obj) if obj else None
         except Exception:  # unreadable, not JSON, a shape the provider did not foresee: no head
             return
-        if ev is not None and ev.kind == Kind.SESSION:
+        if ev is not None and ev.kind == SESSION:
             f.head = ev
 
     def _watched(self, provider: str):
@@ -311,15 +311,15 @@ class SessionStore:
             ev.ts = f.last_ts
         elif f.last_ts is None or ev.ts > f.last_ts:
             f.last_ts = ev.ts
-        if ev.kind == Kind.SESSION and f.head is None:
+        if ev.kind == SESSION and f.head is None:
             f.head = ev
         s = f.session
         if s is None:
-            s = self._bind(f, ev if f.head is None or ev.kind == Kind.SESSION else f.head)
+            s = self._bind(f, ev if f.head is None or ev.kind == SESSION else f.head)
         s.counters.lines += 1
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd
-        if ev.kind == Kind.SESSION or ev.kind == Kind.META:
+        if ev.kind == SESSION or ev.kind == META:
             s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
             return
         ident = ev.ident
@@ -341,7 +341,7 @@ class SessionStore:
         """Attach a file to its session once its first record is known."""
         prov = f.provider.NAME
         sid = f.name_sid
-        if ev.kind == Kind.SESSION:
+        if ev.kind == SESSION:
             if ev.subagent:
                 f.sidechain = True
                 f.decoder.sidechain_file = True
