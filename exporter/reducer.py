@@ -89,6 +89,11 @@ class Status:
     wait: str | None = None
 
 
+def _key(ident_key) -> str | None:
+    """``ident_key`` of :meth:`SessionReducer.apply`: the string, or what its function returns."""
+    return ident_key() if callable(ident_key) else ident_key
+
+
 class SessionReducer:
     """Folds one session's events into its state.
 
@@ -119,9 +124,11 @@ class SessionReducer:
         """Record time (Unix seconds) of the event that decides the state."""
         return self._last.ts if self._last is not None else None
 
-    def apply(self, ev: Event, seq: int, live: bool, ident_key: str | None = None) -> None:
+    def apply(self, ev: Event, seq: int, live: bool, ident_key=None) -> None:
         """Apply one event. ``ident_key`` is a stable string unique within the
-        session for the record (used to name the turn it starts)."""
+        session for the record (used to name the turn or wait it starts), or
+        a function returning it (called only then: a digest costs more than
+        the rest of the record's reduction)."""
         if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
             self.last_event_ts = ev.ts
         kind = ev.kind
@@ -143,7 +150,7 @@ class SessionReducer:
                 self._wait = (key0, reason if reason != "permission" or not ev.reason else ev.reason,
                               tool or ev.tool)
                 return
-            self._wait = (ident_key, ev.reason, ev.tool)
+            self._wait = (_key(ident_key), ev.reason, ev.tool)
         # a turn ended (an error the agent will retry has not ended it)
         terminal = prev is None or (prev in (COMPLETE, ERROR, INTERRUPT) and self._last.retry_in is None)
         if kind == START:
@@ -163,11 +170,11 @@ class SessionReducer:
             self.last_text = ev.text
         self._last, self._last_key, self._last_live = ev, key, live
 
-    def _new_turn(self, ev: Event, ident_key: str | None) -> None:
+    def _new_turn(self, ev: Event, ident_key) -> None:
         if ev.turn_id:
             self.turn, self._turn_auto = ev.turn_id, False
         else:
-            self.turn, self._turn_auto = ident_key, True
+            self.turn, self._turn_auto = _key(ident_key), True
         self._turn_start = ev.ts
         self._turn_error = None
 

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -35,6 +36,12 @@ MAX_ID_CHARS = 128
 HISTORY_HEAD_BYTES = 1 << 20
 
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex}
+
+
+def _line_key(session_id: str, line: bytes) -> str:
+    """The identity key of a record without an id: ``<session>:<blake2b-96
+    hex of the line>`` (it names the turns such records start)."""
+    return f"{session_id}:{hashlib.blake2b(line, digest_size=12).hexdigest()}"
 
 
 def project_label(cwd: str | None, mode: str) -> str:
@@ -295,7 +302,6 @@ class SessionStore:
         prov = f.provider.NAME
         project = f.decoder.project
         loads, bad_json = orjson.loads, orjson.JSONDecodeError
-        blake2b = hashlib.blake2b
         s = f.session
         for line in lines:
             try:
@@ -343,8 +349,11 @@ class SessionStore:
                 continue
             ident = ev.ident
             if ident is None:
-                ident = blake2b(line, digest_size=12).hexdigest()
-                key = f"{s.session_id}:{ident}"
+                # A record without an id (Codex): its bytes are its identity.
+                # Deduplication keeps their 64-bit hash; the digest that names
+                # a turn is made only when the record starts one.
+                ident = hash(line)
+                key = partial(_line_key, s.session_id, line)
             else:
                 key = ident
             if ident in s.seen:
