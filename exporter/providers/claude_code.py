@@ -209,37 +209,30 @@ class FileDecoder:
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
-        rtype = obj.get("type")
-        ts = parse_timestamp(obj.get("timestamp"))
-        ident = obj.get("uuid")
-        if not isinstance(ident, str):
-            ident = None
-        sid = obj.get("sessionId")
-        ev = Event(
-            META,
-            ts=ts,
-            ident=ident,
-            sidechain=self.sidechain_file or obj.get("isSidechain") is True,
-            session_id=sid if isinstance(sid, str) else None,
-            cwd=obj.get("cwd") if isinstance(obj.get("cwd"), str) else None,
-        )
+        get = obj.get
+        rtype = get("type")
+        ts = parse_timestamp(get("timestamp"))
+        ident, sid, cwd = get("uuid"), get("sessionId"), get("cwd")
+        ev = Event(META, ts, ident if isinstance(ident, str) else None,  # kind, ts, ident, sidechain
+                   self.sidechain_file or get("isSidechain") is True,
+                   session_id=sid if isinstance(sid, str) else None, cwd=cwd if isinstance(cwd, str) else None)
         if (self._file_session and ev.session_id and ev.session_id != self._file_session
                 and not self.sidechain_file and not ev.sidechain):
             ev.replayed = True  # a resumed (or renamed) session's copy of earlier records: history
         if rtype == "assistant":
             self._assistant(obj, ev)
+        elif rtype == "progress":
+            data = get("data")
+            if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
+                ev.kind = ACTIVITY
         elif rtype == "user":
             self._user(obj, ev)
         elif rtype == "system":
             self._system(obj, ev)
         elif rtype == "attachment":
-            att = obj.get("attachment")
+            att = get("attachment")
             if isinstance(att, dict) and att.get("type") == "hook_blocking_error" and att.get("hookEvent") == "Stop":
                 ev.kind, ev.detail = WORK, "stop_hook_blocked"  # the stop was refused: the turn goes on
-        elif rtype == "progress":
-            data = obj.get("data")
-            if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
-                ev.kind = ACTIVITY
         if ev.sidechain and ev.kind != META:
             ev.kind = ACTIVITY
         if ev.kind == START and not ev.sidechain and ts is not None:

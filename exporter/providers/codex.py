@@ -219,7 +219,7 @@ class FileDecoder:
     def _envelope(self, rtype, payload: dict, ts: float | None) -> Event:
         ptype = payload.get("type")
         turn_id = payload.get("turn_id")
-        ev = Event(META, ts=ts, turn_id=turn_id if isinstance(turn_id, str) else None)
+        ev = Event(META, ts, turn_id=turn_id if isinstance(turn_id, str) else None)
         if rtype == "session_meta":
             return self._session_meta(payload, ts)
         if rtype == "turn_context":
