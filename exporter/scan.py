@@ -173,7 +173,9 @@ def _read_files(store: SessionStore, files, progress=None, until: dict | None = 
             log.warning("%s: no Claude Code or Codex records found; skipped", fp)
         elif store.track(fp, prov, root):
             if until is None:
-                while store.refresh(fp, live=False, final=True):
+                tailer = store.files[fp].tailer
+                # until a read reaches the end (not one more to find nothing)
+                while store.refresh(fp, live=False, final=True) and tailer.offset < tailer.size:
                     pass
             else:
                 u = until.get(fp)
