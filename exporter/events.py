@@ -72,8 +72,9 @@ class Event:
         kind: what the record means (see :class:`Kind`).
         ts: the record's own timestamp in Unix seconds, or ``None`` when the
             record has none (the tailer then carries the file's last one).
-        ident: identity used for deduplication (Claude ``uuid``; for Codex a
-            digest of the line), or ``None`` for records never deduplicated.
+        ident: identity used for deduplication (Claude ``uuid``, or an
+            assistant row's message id and content digest), or ``None``: the
+            store then identifies the record by its line's bytes (Codex).
         sidechain: written by a subagent (Claude ``isSidechain``, subagent
             files, Codex subagent rollouts). Sidechain events never complete
             the main thread.
