@@ -14,9 +14,6 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import platformdirs
-import yaml
-
 
 class ConfigError(Exception):
     """A configuration problem; the message names the file and the key.
@@ -142,6 +139,8 @@ class Config:
     def resolved_state_dir(self) -> Path:
         if self.state_dir:
             return Path(self.state_dir).expanduser()
+        import platformdirs  # here: the commands that need no state folder (scan) start faster
+
         return Path(platformdirs.user_state_dir("coding-agent-exporter", appauthor=False))
 
 
@@ -250,6 +249,8 @@ def load(path: str | os.PathLike | None) -> Config:
     """
     if path is None:
         return Config()
+    import yaml  # here: without a file (a scan, mostly) the command starts faster
+
     try:
         with open(path, encoding="utf-8") as f:  # a named stream: YAML errors name the file
             data = yaml.safe_load(f)

@@ -41,10 +41,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .events import SIGNIFICANT, Event, Kind
+from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
 
 STATES = ("working", "waiting", "completed", "error", "interrupted", "stalled", "unknown")
 EVIDENCE = ("explicit", "inferred")
+#: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
+#: lookup hashes the member (``Enum.__hash__``, Python code).
+_QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,11 @@ class Status:
     wait: str | None = None
 
 
+def _key(ident_key) -> str | None:
+    """``ident_key`` of :meth:`SessionReducer.apply`: the string, or what its function returns."""
+    return ident_key() if callable(ident_key) else ident_key
+
+
 class SessionReducer:
     """Folds one session's events into its state.
 
@@ -116,55 +124,57 @@ class SessionReducer:
         """Record time (Unix seconds) of the event that decides the state."""
         return self._last.ts if self._last is not None else None
 
-    def apply(self, ev: Event, seq: int, live: bool, ident_key: str | None = None) -> None:
+    def apply(self, ev: Event, seq: int, live: bool, ident_key=None) -> None:
         """Apply one event. ``ident_key`` is a stable string unique within the
-        session for the record (used to name the turn it starts)."""
+        session for the record (used to name the turn or wait it starts), or
+        a function returning it (called only then: a digest costs more than
+        the rest of the record's reduction)."""
         if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
             self.last_event_ts = ev.ts
         kind = ev.kind
-        if kind not in SIGNIFICANT or ev.sidechain:
+        if kind in _QUIET or ev.sidechain:
             return
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
         if key < self._last_key:
             return  # older than what already decided the state
         prev = self._last.kind if self._last is not None else None
-        if kind == Kind.END:
-            if prev not in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.WAIT):
+        if kind == END:
+            if prev not in (START, WORK, OUTPUT, WAIT):
                 return  # the turn had already ended: nothing to change
-            ev.kind, kind = Kind.INTERRUPT, Kind.INTERRUPT
-        if kind == Kind.OUTPUT and prev == Kind.COMPLETE and self._last.final:
+            ev.kind, kind = INTERRUPT, INTERRUPT
+        if kind == OUTPUT and prev == COMPLETE and self._last.final:
             return  # the agent reported its stop; this is its answer, flushed late
-        if kind == Kind.WAIT:
-            if prev == Kind.WAIT:  # the same wait, told again (transcript and hook, or two hooks)
+        if kind == WAIT:
+            if prev == WAIT:  # the same wait, told again (transcript and hook, or two hooks)
                 key0, reason, tool = self._wait
                 self._wait = (key0, reason if reason != "permission" or not ev.reason else ev.reason,
                               tool or ev.tool)
                 return
-            self._wait = (ident_key, ev.reason, ev.tool)
+            self._wait = (_key(ident_key), ev.reason, ev.tool)
         # a turn ended (an error the agent will retry has not ended it)
-        terminal = prev is None or (prev in (Kind.COMPLETE, Kind.ERROR, Kind.INTERRUPT) and self._last.retry_in is None)
-        if kind == Kind.START:
-            if prev != Kind.START:
+        terminal = prev is None or (prev in (COMPLETE, ERROR, INTERRUPT) and self._last.retry_in is None)
+        if kind == START:
+            if prev != START:
                 self._new_turn(ev, ident_key)
             elif ev.turn_id and self._turn_auto:
                 self.turn, self._turn_auto = ev.turn_id, False
-        elif kind in (Kind.WORK, Kind.OUTPUT, Kind.WAIT) and terminal:
+        elif kind in (WORK, OUTPUT, WAIT) and terminal:
             self._new_turn(ev, ident_key)
         elif self.turn is None:
             self._new_turn(ev, ident_key)
-        if kind == Kind.ERROR:
+        if kind == ERROR:
             self._turn_error = ev.error_kind or "api_error"
-        elif kind in (Kind.START, Kind.WORK, Kind.OUTPUT, Kind.WAIT):
+        elif kind in (START, WORK, OUTPUT, WAIT):
             self._turn_error = None
-        if ev.text is not None and kind in (Kind.OUTPUT, Kind.COMPLETE):
+        if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
         self._last, self._last_key, self._last_live = ev, key, live
 
-    def _new_turn(self, ev: Event, ident_key: str | None) -> None:
+    def _new_turn(self, ev: Event, ident_key) -> None:
         if ev.turn_id:
             self.turn, self._turn_auto = ev.turn_id, False
         else:
-            self.turn, self._turn_auto = ident_key, True
+            self.turn, self._turn_auto = _key(ident_key), True
         self._turn_start = ev.ts
         self._turn_error = None
 
@@ -176,19 +186,19 @@ class SessionReducer:
             return Status("unknown")
         kind = last.kind
         common = dict(turn=self.turn, since=last.ts, live=self._last_live, detail=last.detail)
-        if kind == Kind.COMPLETE:
+        if kind == COMPLETE:
             if self._turn_error:
                 return Status("error", error_kind=self._turn_error, **common)
             return Status("completed", evidence="explicit", duration=self._duration(last), **common)
         quiet = now - last_write
-        if kind == Kind.ERROR and (last.retry_in is None or quiet >= last.retry_in + self.timing.retry_grace):
+        if kind == ERROR and (last.retry_in is None or quiet >= last.retry_in + self.timing.retry_grace):
             return Status("error", error_kind=self._turn_error, **common)
-        if kind == Kind.INTERRUPT:
+        if kind == INTERRUPT:
             return Status("interrupted", **common)
-        if kind == Kind.WAIT:
+        if kind == WAIT:
             key, reason, tool = self._wait
             return Status("waiting", reason=reason, tool=tool, wait=key or self.turn, **common)
-        if kind == Kind.OUTPUT and not last.marker_certain:
+        if kind == OUTPUT and not last.marker_certain:
             wait = self.timing.marker_wait if last.expects_marker else self.timing.inferred_settle
             if quiet >= wait:
                 return Status("completed", evidence="inferred", duration=self._duration(last), **common)

@@ -172,7 +172,9 @@ def _read_files(store: SessionStore, files, progress=None, until: dict | None = 
             log.warning("%s: no Claude Code or Codex records found; skipped", fp)
         elif store.track(fp, prov, root):
             if until is None:
-                while store.refresh(fp, live=False, final=True):
+                tailer = store.files[fp].tailer
+                # until a read reaches the end (not one more to find nothing)
+                while store.refresh(fp, live=False, final=True) and tailer.offset < tailer.size:
                     pass
             else:
                 u = until.get(fp)
@@ -250,6 +252,9 @@ def _fork(files, n: int, work, progress=None, stop=None) -> list | None:
 def _parallel(files, cfg: Config, at: float | None, n: int, progress=None):
     """Reduce ``files`` in ``n`` processes. Returns the rows, or ``None`` when
     the split failed (the caller then scans serially)."""
+    # Sniffed once, here (the split needs the provider), not again in the worker.
+    files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size in files]
+
     def work(shard, label):
         store = make_store(cfg)
         first = _read_files(store, [files[i] for i in shard], label)

@@ -14,11 +14,14 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
+import orjson
+
 from .decode import LineError, decode_line
-from .events import Kind
+from .events import META, SESSION
 from .metrics import Metrics
 from .providers import PROVIDER_MODULES
 from .reducer import SessionReducer, Status, Timing
@@ -32,6 +35,12 @@ MAX_ID_CHARS = 128
 #: session there (Codex ``session_meta``).
 HISTORY_HEAD_BYTES = 1 << 20
 
+
+
+def _line_key(session_id: str, line: bytes) -> str:
+    """The identity key of a record without an id: ``<session>:<blake2b-96
+    hex of the line>`` (it names the turns such records start)."""
+    return f"{session_id}:{hashlib.blake2b(line, digest_size=12).hexdigest()}"
 
 
 def project_label(cwd: str | None, mode: str) -> str:
@@ -198,7 +207,7 @@ class SessionStore:
             ev = f.decoder.project(obj) if obj else None
         except Exception:  # unreadable, not JSON, a shape the provider did not foresee: no head
             return
-        if ev is not None and ev.kind == Kind.SESSION:
+        if ev is not None and ev.kind == SESSION:
             f.head = ev
 
     def _watched(self, provider: str):
@@ -271,8 +280,7 @@ class SessionStore:
                 m.skipped.labels(prov, "oversized").inc(res.oversized)
             if res.lines:
                 m.lines.labels(prov).inc(len(res.lines))
-            for line in res.lines:
-                self._line(f, line, live)
+                self._lines(f, res.lines, live)
             if res.bytes_read:
                 m.bytes.labels(prov).inc(res.bytes_read)
             if f.session is not None:
@@ -283,64 +291,84 @@ class SessionStore:
                 self._dirty.add((s.provider, s.session_id))
         return res.bytes_read
 
-    def _line(self, f: _File, line: bytes, live: bool) -> None:
+    def _lines(self, f: _File, lines: list[bytes], live: bool) -> None:
+        """Apply complete ``lines`` of ``f`` in file order: decode, project,
+        bind to the session, deduplicate, reduce. Every byte read goes
+        through here, so it keeps to locals and tries the common case first
+        (``orjson`` gives a dict; anything else takes :func:`decode_line`,
+        which names the reason)."""
         m = self.metrics
-        try:
-            obj = decode_line(line)
-        except LineError as e:
-            m.parse_errors.labels(f.provider.NAME, e.reason).inc()
-            if f.session is not None:
-                f.session.counters.parse_errors += 1
-                f.session.counters.lines += 1
-            return
-        if obj is None:
-            m.skipped.labels(f.provider.NAME, "blank").inc()
-            return
-        try:
-            ev = f.decoder.project(obj)
-        except Exception:  # a shape the provider code did not foresee: count it, keep reading
-            log.debug("record of unexpected shape in %s", f.path, exc_info=True)
-            m.parse_errors.labels(f.provider.NAME, "unexpected_shape").inc()
-            if f.session is not None:
-                f.session.counters.parse_errors += 1
-            return
-        if ev is None:
-            return
-        if ev.ts is None:
-            ev.ts = f.last_ts
-        elif f.last_ts is None or ev.ts > f.last_ts:
-            f.last_ts = ev.ts
-        if ev.kind == Kind.SESSION and f.head is None:
-            f.head = ev
+        prov = f.provider.NAME
+        project = f.decoder.project
+        loads, bad_json = orjson.loads, orjson.JSONDecodeError
         s = f.session
-        if s is None:
-            s = self._bind(f, ev if f.head is None or ev.kind == Kind.SESSION else f.head)
-        s.counters.lines += 1
-        if ev.cwd and not s.cwd:
-            s.cwd = ev.cwd
-        if ev.kind == Kind.SESSION or ev.kind == Kind.META:
-            s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
-            return
-        ident = ev.ident
-        if ident is None:
-            ident = hashlib.blake2b(line, digest_size=12).hexdigest()
-            key = f"{s.session_id}:{ident}"
-        else:
-            key = ident
-        if ident in s.seen:
-            m.duplicates.labels(f.provider.NAME).inc()
-            s.counters.duplicates += 1
-            return
-        s.seen.add(ident)
-        s.seq += 1
-        s.counters.events += 1
-        s.reducer.apply(ev, s.seq, live and not ev.replayed, key)
+        for line in lines:
+            try:
+                obj = loads(line)
+            except bad_json:
+                obj = None
+            if type(obj) is not dict:
+                try:
+                    obj = decode_line(line)
+                except LineError as e:
+                    m.parse_errors.labels(prov, e.reason).inc()
+                    if s is not None:
+                        s.counters.parse_errors += 1
+                        s.counters.lines += 1
+                    continue
+                if obj is None:
+                    m.skipped.labels(prov, "blank").inc()
+                    continue
+            try:
+                ev = project(obj)
+            except Exception:  # a shape the provider code did not foresee: count it, keep reading
+                log.debug("record of unexpected shape in %s", f.path, exc_info=True)
+                m.parse_errors.labels(prov, "unexpected_shape").inc()
+                if s is not None:
+                    s.counters.parse_errors += 1
+                continue
+            if ev is None:
+                continue
+            ts = ev.ts
+            if ts is None:
+                ev.ts = f.last_ts
+            elif f.last_ts is None or ts > f.last_ts:
+                f.last_ts = ts
+            kind = ev.kind
+            if kind == SESSION and f.head is None:
+                f.head = ev
+            if s is None:
+                s = self._bind(f, ev if f.head is None or kind == SESSION else f.head)
+            counters = s.counters
+            counters.lines += 1
+            if ev.cwd and not s.cwd:
+                s.cwd = ev.cwd
+            if kind == SESSION or kind == META:
+                s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
+                continue
+            ident = ev.ident
+            if ident is None:
+                # A record without an id (Codex): its bytes are its identity.
+                # Deduplication keeps their 64-bit hash; the digest that names
+                # a turn is made only when the record starts one.
+                ident = hash(line)
+                key = partial(_line_key, s.session_id, line)
+            else:
+                key = ident
+            if ident in s.seen:
+                m.duplicates.labels(prov).inc()
+                counters.duplicates += 1
+                continue
+            s.seen.add(ident)
+            s.seq += 1
+            counters.events += 1
+            s.reducer.apply(ev, s.seq, live and not ev.replayed, key)
 
     def _bind(self, f: _File, ev) -> Session | None:
         """Attach a file to its session once its first record is known."""
         prov = f.provider.NAME
         sid = f.name_sid
-        if ev.kind == Kind.SESSION:
+        if ev.kind == SESSION:
             if ev.subagent:
                 f.sidechain = True
                 f.decoder.sidechain_file = True

@@ -48,7 +48,7 @@ from pathlib import Path
 import orjson
 
 from ..decode import parse_timestamp
-from ..events import Event, Kind
+from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
 
 NAME = "claude_code"
 LABEL = "Claude Code"
@@ -227,40 +227,33 @@ class FileDecoder:
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
-        rtype = obj.get("type")
-        ts = parse_timestamp(obj.get("timestamp"))
-        ident = obj.get("uuid")
-        if not isinstance(ident, str):
-            ident = None
-        sid = obj.get("sessionId")
-        ev = Event(
-            Kind.META,
-            ts=ts,
-            ident=ident,
-            sidechain=self.sidechain_file or obj.get("isSidechain") is True,
-            session_id=sid if isinstance(sid, str) else None,
-            cwd=obj.get("cwd") if isinstance(obj.get("cwd"), str) else None,
-        )
+        get = obj.get
+        rtype = get("type")
+        ts = parse_timestamp(get("timestamp"))
+        ident, sid, cwd = get("uuid"), get("sessionId"), get("cwd")
+        ev = Event(META, ts, ident if isinstance(ident, str) else None,  # kind, ts, ident, sidechain
+                   self.sidechain_file or get("isSidechain") is True,
+                   session_id=sid if isinstance(sid, str) else None, cwd=cwd if isinstance(cwd, str) else None)
         if (self._file_session and ev.session_id and ev.session_id != self._file_session
                 and not self.sidechain_file and not ev.sidechain):
             ev.replayed = True  # a resumed (or renamed) session's copy of earlier records: history
         if rtype == "assistant":
             self._assistant(obj, ev)
+        elif rtype == "progress":
+            data = get("data")
+            if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
+                ev.kind = ACTIVITY
         elif rtype == "user":
             self._user(obj, ev)
         elif rtype == "system":
             self._system(obj, ev)
         elif rtype == "attachment":
-            att = obj.get("attachment")
+            att = get("attachment")
             if isinstance(att, dict) and att.get("type") == "hook_blocking_error" and att.get("hookEvent") == "Stop":
-                ev.kind, ev.detail = Kind.WORK, "stop_hook_blocked"  # the stop was refused: the turn goes on
-        elif rtype == "progress":
-            data = obj.get("data")
-            if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
-                ev.kind = Kind.ACTIVITY
-        if ev.sidechain and ev.kind != Kind.META:
-            ev.kind = Kind.ACTIVITY
-        if ev.kind == Kind.START and not ev.sidechain and ts is not None:
+                ev.kind, ev.detail = WORK, "stop_hook_blocked"  # the stop was refused: the turn goes on
+        if ev.sidechain and ev.kind != META:
+            ev.kind = ACTIVITY
+        if ev.kind == START and not ev.sidechain and ts is not None:
             self._turn_start = ts
         return ev
 
@@ -269,19 +262,19 @@ class FileDecoder:
         if sub == "turn_duration":
             if (_number(obj.get("pendingBackgroundAgentCount")) or 0) > 0:
                 # background agents still run: not the user's turn yet
-                ev.kind, ev.detail = Kind.WORK, "background_agents_pending"
+                ev.kind, ev.detail = WORK, "background_agents_pending"
                 return
-            ev.kind, ev.detail = Kind.COMPLETE, sub
+            ev.kind, ev.detail = COMPLETE, sub
             dur = _number(obj.get("durationMs"))
             ev.duration = dur / 1000.0 if dur is not None else None
         elif sub == "stop_hook_summary":
             if _every_turn_marked(obj) and obj.get("hasOutput") is True and obj.get("preventedContinuation") is not True:
                 # hook output may be a blocked stop ("Stop hook feedback"); turn_duration still comes
-                ev.kind, ev.detail = Kind.WORK, "stop_hook_output"
+                ev.kind, ev.detail = WORK, "stop_hook_output"
             else:
-                ev.kind, ev.detail = Kind.COMPLETE, sub
+                ev.kind, ev.detail = COMPLETE, sub
         elif sub == "api_error":
-            ev.kind, ev.detail = Kind.ERROR, "api_error"
+            ev.kind, ev.detail = ERROR, "api_error"
             ev.error_kind = _error_kind(obj)
             attempt, most, wait = (_number(obj.get(k)) for k in ("retryAttempt", "maxRetries", "retryInMs"))
             if not (attempt is not None and most is not None and attempt >= most):
@@ -291,7 +284,7 @@ class FileDecoder:
         if obj.get("isMeta") is True:
             text = _text_of((obj.get("message") or {}).get("content") if isinstance(obj.get("message"), dict) else None)
             if text is not None and text.startswith(_STOP_HOOK_FEEDBACK):
-                ev.kind, ev.detail = Kind.WORK, "stop_hook_feedback"  # a Stop hook blocked: the turn goes on
+                ev.kind, ev.detail = WORK, "stop_hook_feedback"  # a Stop hook blocked: the turn goes on
             return
         if obj.get("isCompactSummary") is True:
             return
@@ -301,22 +294,22 @@ class FileDecoder:
             kinds = {t for b in content if isinstance(b, dict) and isinstance(t := b.get("type"), str)}
             text = _text_of(content)
             if text is not None and text.startswith(_INTERRUPT_PREFIX):
-                ev.kind = Kind.INTERRUPT
+                ev.kind = INTERRUPT
             elif "tool_result" in kinds or "toolUseResult" in obj:
-                ev.kind = Kind.WORK
+                ev.kind = WORK
                 ev.detail = "tool_result"
             elif text is not None and text.lstrip().startswith(_META_PREFIXES):
                 return
             elif kinds:
-                ev.kind = Kind.START
+                ev.kind = START
                 ev.detail = "prompt"
         elif isinstance(content, str):
             if content.startswith(_INTERRUPT_PREFIX):
-                ev.kind = Kind.INTERRUPT
+                ev.kind = INTERRUPT
             elif content.lstrip().startswith(_META_PREFIXES):
                 return
             else:
-                ev.kind = Kind.START
+                ev.kind = START
                 ev.detail = "prompt"
 
     def _assistant(self, obj: dict, ev: Event) -> None:
@@ -336,14 +329,14 @@ class FileDecoder:
             except TypeError:
                 pass
         if obj.get("isApiErrorMessage") is True:
-            ev.kind = Kind.ERROR
+            ev.kind = ERROR
             ev.error_kind = _error_kind(obj)
             ev.detail = "api_error_message"
             return
         if msg.get("model") == "<synthetic>":
             # Synthetic records Claude Code writes in place of a reply
             # (e.g. "No response requested."): not a normal success.
-            ev.kind = Kind.ERROR
+            ev.kind = ERROR
             ev.error_kind = "no_response"
             ev.detail = "synthetic"
             return
@@ -353,29 +346,29 @@ class FileDecoder:
         elif isinstance(content, str) and content:
             kinds = {"text"}
         if "tool_use" in kinds or "server_tool_use" in kinds:
-            ev.kind = Kind.WORK
+            ev.kind = WORK
             ev.detail = "tool_use"
             for block in content if isinstance(content, list) else ():
                 name = block.get("name") if isinstance(block, dict) and block.get("type") == "tool_use" else None
                 if isinstance(name, str) and name in _WAIT_TOOLS:
-                    ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[name], name
+                    ev.kind, ev.reason, ev.tool = WAIT, _WAIT_TOOLS[name], name
                     ev.detail = "tool_use"
             return
         if "text" not in kinds:
-            ev.kind = Kind.WORK
+            ev.kind = WORK
             ev.detail = "thinking"
             return
         text = _text_of(content)
         ev.text = text[:_EXCERPT_CHARS] if text else None
         if _every_turn_marked(obj):
-            ev.kind, ev.marker_certain = Kind.OUTPUT, True  # the turn ends at turn_duration, not end_turn
+            ev.kind, ev.marker_certain = OUTPUT, True  # the turn ends at turn_duration, not end_turn
             ev.detail = "end_turn" if msg.get("stop_reason") in _END_STOP_REASONS else "assistant_text"
             return
         if msg.get("stop_reason") in _END_STOP_REASONS:
-            ev.kind = Kind.COMPLETE
+            ev.kind = COMPLETE
             ev.detail = "end_turn"
             return
-        ev.kind = Kind.OUTPUT
+        ev.kind = OUTPUT
         ev.detail = "assistant_text"
         if (
             self._turn_start is not None
@@ -408,33 +401,33 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     user's turn). A subagent's hook carries ``agent_id``; its permission
     prompt still blocks the whole session, so it is the session's wait.
     """
-    ev = Event(Kind.META, ts=ts, detail=name)
+    ev = Event(META, ts=ts, detail=name)
     if name == "PermissionRequest":
         tool = obj.get("tool_name")
         tool = tool if isinstance(tool, str) and tool.isprintable() and len(tool) <= 64 else None
-        ev.kind, ev.tool = Kind.WAIT, tool
+        ev.kind, ev.tool = WAIT, tool
         ev.reason = _WAIT_TOOLS.get(tool or "", "permission")
     elif name == "Notification":
         ntype = obj.get("notification_type")
         reason = _NOTIFICATION_WAITS.get(ntype) if isinstance(ntype, str) else None
         if reason is None:
             return None
-        ev.kind, ev.reason = Kind.WAIT, reason
+        ev.kind, ev.reason = WAIT, reason
     elif name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
-        ev.kind = Kind.WORK
+        ev.kind = WORK
     elif name == "UserPromptSubmit":
-        ev.kind = Kind.START
+        ev.kind = START
     elif name == "Stop":
         tasks = obj.get("background_tasks")
         if isinstance(tasks, list) and tasks:
-            ev.kind = Kind.WORK  # background agents still run; they wake the agent again
+            ev.kind = WORK  # background agents still run; they wake the agent again
         else:
-            ev.kind, ev.final = Kind.COMPLETE, True
+            ev.kind, ev.final = COMPLETE, True
     elif name == "StopFailure":
         err = obj.get("error")
-        ev.kind, ev.error_kind = Kind.ERROR, _STOP_FAILURE_KINDS.get(err if isinstance(err, str) else "", "api_error")
+        ev.kind, ev.error_kind = ERROR, _STOP_FAILURE_KINDS.get(err if isinstance(err, str) else "", "api_error")
     elif name == "SessionEnd":
-        ev.kind = Kind.END
+        ev.kind = END
     else:
         return None
     return ev

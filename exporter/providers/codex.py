@@ -38,7 +38,7 @@ import re
 from pathlib import Path
 
 from ..decode import LineError, decode_line, parse_timestamp
-from ..events import Event, Kind
+from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
 
 NAME = "codex"
 LABEL = "Codex"
@@ -86,7 +86,7 @@ def group_hint(path: str) -> str | None:
     except (OSError, LineError):
         return None
     ev = FileDecoder().project(obj) if obj else None
-    if ev is None or ev.kind != Kind.SESSION:
+    if ev is None or ev.kind != SESSION:
         return None
     return ev.parent_id or ev.session_id
 
@@ -173,22 +173,22 @@ class FileDecoder:
         if isinstance(payload, dict):
             ev = self._envelope(obj.get("type"), payload, ts)
         elif "payload" in obj:
-            ev = Event(Kind.META, ts=ts)
+            ev = Event(META, ts=ts)
         else:
             ev = self._bare(obj, ts)
-        if ev.kind == Kind.SESSION:
+        if ev.kind == SESSION:
             return ev
         if self._replaying and ev.detail in ("turn_context", "task_started", "turn_started") and ev.turn_id:
             self._replaying = self._predates_fork(ev.turn_id, ts)
         if self._replaying or (self._fork_ts is not None and ts is not None and ts < self._fork_ts):
-            ev.kind = Kind.META  # replayed parent history in a fork
-        elif ev.kind == Kind.START and ev.detail in ("task_started", "turn_started"):
+            ev.kind = META  # replayed parent history in a fork
+        elif ev.kind == START and ev.detail in ("task_started", "turn_started"):
             self._marked = True
-        elif ev.kind == Kind.OUTPUT and self._marked:
+        elif ev.kind == OUTPUT and self._marked:
             ev.marker_certain = True
-        if (self._subagent or self.sidechain_file) and ev.kind != Kind.META:
+        if (self._subagent or self.sidechain_file) and ev.kind != META:
             ev.sidechain = True
-            ev.kind = Kind.ACTIVITY
+            ev.kind = ACTIVITY
         return ev
 
     def _predates_fork(self, turn_id: str, ts: float | None) -> bool:
@@ -201,7 +201,7 @@ class FileDecoder:
         if self._have_meta:
             if self._fork_ms is not None or self._fork_ts is not None:
                 self._replaying = True  # in a fork, the parent's session_meta: its history follows
-            return Event(Kind.META, ts=ts)  # a replayed or nested session_meta
+            return Event(META, ts=ts)  # a replayed or nested session_meta
         self._have_meta = True
         source = payload.get("source")
         sub = isinstance(source, dict) and "subagent" in source
@@ -220,13 +220,13 @@ class FileDecoder:
                 int(self._fork_ts * 1000) if self._fork_ts is not None else None)
             self._replaying = True
         cwd = payload.get("cwd")
-        return Event(Kind.SESSION, ts=ts, session_id=sid if isinstance(sid, str) else None,
+        return Event(SESSION, ts=ts, session_id=sid if isinstance(sid, str) else None,
                      cwd=cwd if isinstance(cwd, str) else None, subagent=sub, parent_id=parent)
 
     def _envelope(self, rtype, payload: dict, ts: float | None) -> Event:
         ptype = payload.get("type")
         turn_id = payload.get("turn_id")
-        ev = Event(Kind.META, ts=ts, turn_id=turn_id if isinstance(turn_id, str) else None)
+        ev = Event(META, ts, turn_id=turn_id if isinstance(turn_id, str) else None)
         if rtype == "session_meta":
             return self._session_meta(payload, ts)
         if rtype == "turn_context":
@@ -236,12 +236,12 @@ class FileDecoder:
             return ev
         if rtype == "event_msg":
             if ptype in ("task_started", "turn_started"):
-                ev.kind, ev.detail = Kind.START, ptype
+                ev.kind, ev.detail = START, ptype
             elif ptype in ("task_complete", "turn_complete") and isinstance(payload.get("error"), dict):
-                ev.kind, ev.detail = Kind.ERROR, ptype  # a failed turn reported as complete (0.160)
+                ev.kind, ev.detail = ERROR, ptype  # a failed turn reported as complete (0.160)
                 ev.error_kind = _error_kind(payload["error"])
             elif ptype in ("task_complete", "turn_complete"):
-                ev.kind, ev.detail = Kind.COMPLETE, ptype
+                ev.kind, ev.detail = COMPLETE, ptype
                 dur = payload.get("duration_ms")
                 if isinstance(dur, (int, float)) and not isinstance(dur, bool):
                     ev.duration = dur / 1000.0
@@ -249,22 +249,22 @@ class FileDecoder:
                 ev.text = last[:_EXCERPT_CHARS] if isinstance(last, str) else None
             elif ptype == "turn_aborted":
                 if payload.get("reason") in ("interrupted", None):
-                    ev.kind, ev.detail = Kind.INTERRUPT, "turn_aborted"
+                    ev.kind, ev.detail = INTERRUPT, "turn_aborted"
             elif ptype == "error":
-                ev.kind, ev.detail = Kind.ERROR, "error"
+                ev.kind, ev.detail = ERROR, "error"
                 ev.error_kind = _error_kind(payload)
             elif ptype == "user_message":
-                ev.kind, ev.detail = Kind.START, "user_message"
+                ev.kind, ev.detail = START, "user_message"
             elif ptype == "agent_message" and payload.get("phase") == "commentary":
-                ev.kind, ev.detail = Kind.WORK, "commentary"  # a mid-turn note, not a final answer
+                ev.kind, ev.detail = WORK, "commentary"  # a mid-turn note, not a final answer
             elif ptype == "agent_message":
                 msg = payload.get("message")
-                ev.kind, ev.detail = Kind.OUTPUT, "agent_message"
+                ev.kind, ev.detail = OUTPUT, "agent_message"
                 ev.text = msg[:_EXCERPT_CHARS] if isinstance(msg, str) else None
             elif ptype in _WORK_EVENTS:
-                ev.kind, ev.detail = Kind.WORK, ptype
+                ev.kind, ev.detail = WORK, ptype
             elif ptype == "stream_error":
-                ev.kind, ev.detail = Kind.ACTIVITY, "stream_error_retry"
+                ev.kind, ev.detail = ACTIVITY, "stream_error_retry"
             return ev
         if rtype == "response_item":
             return self._item(payload, ev)
@@ -276,19 +276,19 @@ class FileDecoder:
             role = item.get("role")
             text = _text_of(item.get("content"))
             if role == "assistant" and item.get("phase") == "commentary":
-                ev.kind, ev.detail = Kind.WORK, "commentary"
+                ev.kind, ev.detail = WORK, "commentary"
             elif role == "assistant":
-                ev.kind, ev.detail = Kind.OUTPUT, "assistant_message"
+                ev.kind, ev.detail = OUTPUT, "assistant_message"
                 ev.text = text[:_EXCERPT_CHARS] if text else None
             elif role == "user" and text is not None and text.lstrip().startswith("<turn_aborted>"):
-                ev.kind, ev.detail = Kind.INTERRUPT, "turn_aborted_marker"
+                ev.kind, ev.detail = INTERRUPT, "turn_aborted_marker"
         elif itype in _TOOL_CALLS or (isinstance(itype, str) and itype.endswith("_output")):
-            ev.kind, ev.detail = Kind.WORK, itype
+            ev.kind, ev.detail = WORK, itype
             name = item.get("name")
             if itype in _TOOL_CALLS and isinstance(name, str) and name in _WAIT_TOOLS:
-                ev.kind, ev.reason, ev.tool = Kind.WAIT, _WAIT_TOOLS[name], name
+                ev.kind, ev.reason, ev.tool = WAIT, _WAIT_TOOLS[name], name
         elif itype == "reasoning":
-            ev.kind, ev.detail = Kind.WORK, "reasoning"
+            ev.kind, ev.detail = WORK, "reasoning"
         return ev
 
     def _bare(self, obj: dict, ts: float | None) -> Event:
@@ -296,11 +296,11 @@ class FileDecoder:
         if "instructions" in obj and "id" in obj and not self._have_meta:
             return self._session_meta({"id": obj.get("id"), "timestamp": obj.get("timestamp")}, ts)
         if "record_type" in obj:
-            return Event(Kind.META, ts=ts)
-        ev = Event(Kind.META, ts=ts)
+            return Event(META, ts=ts)
+        ev = Event(META, ts=ts)
         ev = self._item(obj, ev)
-        if ev.kind == Kind.META and obj.get("type") == "message" and obj.get("role") == "user":
-            ev.kind, ev.detail = Kind.START, "user_message"
+        if ev.kind == META and obj.get("type") == "message" and obj.get("role") == "user":
+            ev.kind, ev.detail = START, "user_message"
         return ev
 
 
@@ -316,27 +316,27 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     only evidence of a permission prompt.
     """
     turn_id = obj.get("turn_id")
-    ev = Event(Kind.META, ts=ts, detail=name, turn_id=turn_id if isinstance(turn_id, str) else None)
+    ev = Event(META, ts=ts, detail=name, turn_id=turn_id if isinstance(turn_id, str) else None)
     if name == "PermissionRequest":
         tool = obj.get("tool_name")
-        ev.kind, ev.reason = Kind.WAIT, "permission"
+        ev.kind, ev.reason = WAIT, "permission"
         ev.tool = tool if isinstance(tool, str) and tool.isprintable() and len(tool) <= 64 else None
         if ev.tool in _WAIT_TOOLS:
             ev.reason = _WAIT_TOOLS[ev.tool]
     elif name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
-        ev.kind = Kind.WORK
+        ev.kind = WORK
     elif name == "UserPromptSubmit":
-        ev.kind = Kind.START
+        ev.kind = START
     elif name == "Stop":
-        ev.kind, ev.final = Kind.COMPLETE, True
+        ev.kind, ev.final = COMPLETE, True
     elif name == "StopFailure":  # in Codex's generated hook schemas, not yet in its docs
         err = obj.get("error")
         err = err if isinstance(err, str) else ""
-        ev.kind, ev.detail = Kind.ERROR, name
+        ev.kind, ev.detail = ERROR, name
         ev.error_kind = {"rate_limit": "rate_limit", "overloaded": "overloaded", "authentication_failed": "auth",
                          "billing_error": "billing"}.get(err, "api_error")
     elif name == "SessionEnd":
-        ev.kind = Kind.END
+        ev.kind = END
     else:
         return None
     return ev
