@@ -246,6 +246,7 @@ def bench_history(work: Path, size: int, repeat: int) -> dict:
                 ex = Exporter(a.parent, cfg, name).start()
                 try:
                     row[phase].append(ex.ready_s)
+                    time.sleep(WARMUP_SECONDS)  # the file watches and the first poll's walk are done
                     row["rss"].append(ex.status("VmHWM"))
                     at = time.time()
                     text = ex.scrape()

@@ -127,3 +127,61 @@ def test_skip_history_off_reads_everything(tmp_path):
         assert re.search(r"read 1 files .* skipped 0 files", exp.log())
     finally:
         exp.stop()
+
+
+def test_history_file_appended_while_down_pages_once_from_its_old_end(tmp_path):
+    """A file left as history by one run and appended to while the exporter
+    was down (a resumed Codex session) is read at the next start from where
+    it ended: its new turn pages once, and only its new lines count."""
+    receiver = Receiver()
+    old_codex = codex_path(tmp_path, CODEX_FILE_ID)
+    t0 = time.time() - 3 * 86400
+    _write(old_codex, _codex("session_meta", {"id": CODEX_OLD_ID, "timestamp": _iso(t0), "cwd": "/home/dev/rollouts",
+                                              "source": "cli"}, t0)
+           + _codex_turn("old-turn-1", t0 + 10) + b"{not json either\n", OLD)
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    try:
+        wait_for(lambda: "start-up scan done" in exp.log(), what="start-up line")
+        assert "skipped 1 files" in exp.log()
+        time.sleep(1.0)  # a checkpoint is written at ready and at stop
+    finally:
+        assert exp.stop() == 0
+    new = _codex_turn("resumed-turn-2", time.time())
+    with open(old_codex, "ab") as f:  # written while the exporter is down
+        f.write(new)
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    try:
+        exp.wait_state(CODEX_OLD_ID, "completed")
+        wait_for(lambda: len(receiver.messages) == 1, what="one page for the resumed turn")
+        time.sleep(1.5)
+        assert len(receiver.messages) == 1, receiver.messages
+        assert f"Session: {CODEX_OLD_ID}" in receiver.messages[0]["message"]
+        assert exp.value("coding_agent_transcript_lines_total") == new.count(b"\n")
+        assert exp.value("coding_agent_transcript_parse_errors_total") == 0  # the old bad line was not read
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_old_subagent_file_of_an_active_session_is_read(tmp_path):
+    """A Claude session written now whose subagent file is days old: the
+    subagent file is read with it at start-up (the session is whole), while
+    an unrelated old file is left as history."""
+    case = CASES / "24_one_turn_many_end_markers.jsonl"
+    sid = session_id_of(case)
+    main = claude_path(tmp_path, sid)
+    _write(main, case.read_bytes())
+    sub = main.parent / sid / "subagents" / "agent-a1.jsonl"
+    sub_lines = (b'{"type":"user","uuid":"s1","isSidechain":true,"agentId":"a1","sessionId":"%s","cwd":"/home/dev/proj",'
+                 b'"timestamp":"%s","message":{"role":"user","content":"look"}}\n') % (sid.encode(), _iso(OLD).encode())
+    _write(sub, sub_lines, OLD)
+    other = claude_path(tmp_path, "c0000000-0000-4000-8000-00000000dead")
+    _write(other, case.read_bytes().replace(sid.encode(), b"c0000000-0000-4000-8000-00000000dead"), OLD)
+    exp = Exporter(tmp_path).start()
+    try:
+        assert exp.value("coding_agent_transcript_lines_total") == case.read_bytes().count(b"\n") + 1
+        assert re.search(r"read 2 files .* skipped 1 files", exp.log()), exp.log()
+        assert exp.state(sid) == _scan([main, sub])[sid]["state"]
+        wait_for(lambda: exp.value("coding_agent_files_watched") == 3, what="3 files followed")
+    finally:
+        exp.stop()
