@@ -29,6 +29,8 @@ from .store import Transition
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.json"
+#: The files left as history (``HistoryIndex.save``), written with the checkpoint.
+HISTORY_FILE = "history-index.bin"
 CHECKPOINT_EVERY_SECONDS = 5.0
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
@@ -84,8 +86,9 @@ class Daemon:
         self._dir_lock = threading.Lock()
         self._missing: set[Path] = set()
         self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
+        self.history_path = cfg.resolved_state_dir() / HISTORY_FILE
         self._checkpoint: dict | None = None
-        self._saved: tuple = ({}, [])
+        self._saved: tuple = ({}, [], -1)
         #: Sessions the previous run saw still open (working/stalled) at its
         #: last checkpoint: a turn end they reach now was never news to it.
         self._carry: set[tuple[str, str]] = set()
@@ -136,11 +139,14 @@ class Daemon:
         open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
                        if not s.hidden and s.status.state in ("working", "stalled"))
         open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
-        history = self.history.pack()
+        history = self.history.version
         if (offsets, open_, history) == self._saved and not force:
             return
         try:
-            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_, "history": history})
+            if history != self._saved[2] or force:
+                self.history.save(self.history_path)  # first: the checkpoint says it is there
+            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_,
+                                             "history": HISTORY_FILE})
             self._saved = (offsets, open_, history)
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
@@ -247,13 +253,12 @@ class Daemon:
         open_ = cp.get("open")
         if isinstance(open_, list):
             self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
-        packed = cp.get("history")
-        if isinstance(packed, str) and self._checkpoint is not None:
+        if cp.get("history") == HISTORY_FILE and self._checkpoint is not None:
             try:
-                self._prev_history = HistoryIndex.unpack(packed)
-            except ValueError:
-                log.warning("the checkpoint's history index is unusable; files appended while the exporter was "
-                            "down are read whole")
+                self._prev_history = HistoryIndex.load(self.history_path)
+            except (OSError, ValueError) as e:
+                log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
+                            "down are read whole, as news", self.history_path, getattr(e, "strerror", None) or e)
         split = self.early_split.result() if self.early_split is not None else None
         self.early_split = None
         files, self.history = split or split_start_up(self.roots, horizon(self.cfg), time.time())

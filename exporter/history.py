@@ -10,16 +10,17 @@ path, no reader, no decoder — 33 bytes. When it changes (a file event, or
 the poll's walk finds its stat changed), the daemon takes it out of the
 index and follows it from where it ended (:meth:`SessionStore.skip`).
 
-The index also goes into the checkpoint (:meth:`HistoryIndex.pack`), so
+The index is saved beside the checkpoint (:meth:`HistoryIndex.save`), so
 that a restart reads a history file appended while the exporter was down
 from where it ended, and pages only what was appended.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
+import sys
+import tempfile
 from array import array
 from bisect import bisect_left
 from pathlib import Path
@@ -53,7 +54,8 @@ class HistoryIndex:
         self._size = array("q")  # -1: taken (followed now, or gone)
         self._mtime = array("q")
         self._sealed = True
-        self._packed: str | None = None
+        #: Moves on at every change (the daemon saves the index when it moved).
+        self.version = 0
         #: Files per provider still in the index.
         self.count: dict[str, int] = dict.fromkeys(_PROVIDERS, 0)
         #: Bytes the files had when they were put in (for the start-up log line).
@@ -82,7 +84,7 @@ class HistoryIndex:
             old = getattr(self, name)
             setattr(self, name, array(old.typecode, (old[i] for i in order)))
         self._sealed = True
-        self._packed = None
+        self.version += 1
 
     def merge(self, other: HistoryIndex) -> None:
         """Put in every file of ``other`` (before :meth:`seal`)."""
@@ -118,7 +120,7 @@ class HistoryIndex:
     def _drop(self, i: int) -> None:
         self._size[i] = -1
         self.count[_PROVIDERS[self._prov[i]]] -= 1
-        self._packed = None
+        self.version += 1
 
     def unchanged(self, i: int, st: os.stat_result) -> bool:
         return st.st_ino == self._ino[i] and st.st_size == self._size[i] and st.st_mtime_ns == self._mtime[i]
@@ -145,33 +147,60 @@ class HistoryIndex:
         return len(self._key)
 
     # -- the checkpoint ------------------------------------------------------
-    def pack(self) -> str:
-        """The files still in the index as one ASCII string (base64 of the
-        keys, inodes and sizes: 24 bytes a file before base64), for the
-        checkpoint. Cached until the index changes."""
-        if self._packed is None:
-            live = [i for i in range(len(self._size)) if self._size[i] >= 0]
-            raw = b"".join(array(a.typecode, (a[i] for i in live)).tobytes()
-                           for a in (self._key, self._ino, self._size))
-            self._packed = base64.b64encode(raw).decode("ascii")
-        return self._packed
+    #: First bytes of a saved index (the arrays are in this machine's byte order).
+    MAGIC = b"CAEHIST1" + sys.byteorder[0].encode()
+
+    def save(self, path: Path) -> None:
+        """Write the files still in the index (keys, inodes, sizes: 24 bytes
+        a file, straight from the arrays) to ``path`` atomically, for the
+        next start (:meth:`load`). Taken entries are dropped from the arrays
+        first. Raises ``OSError``."""
+        live = self._size
+        if any(v < 0 for v in live):
+            keep = [i for i in range(len(live)) if live[i] >= 0]
+            for name in ("_key", "_prov", "_ino", "_mtime", "_size"):
+                old = getattr(self, name)
+                setattr(self, name, array(old.typecode, (old[i] for i in keep)))
+            del keep
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.MAGIC + len(self._key).to_bytes(8, "little"))
+                for a in (self._key, self._ino, self._size):
+                    a.tofile(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
 
     @classmethod
-    def unpack(cls, text: str) -> HistoryIndex:
-        """An index from :meth:`pack` (provider and mtime unknown: for
-        :meth:`get`'s inode and size only). Raises ``ValueError`` when
-        ``text`` is not what :meth:`pack` writes (on this platform)."""
-        raw = base64.b64decode(text.encode("ascii"), validate=True)
-        if len(raw) % 24:
-            raise ValueError("not a packed history index")
-        n = len(raw) // 24
+    def load(cls, path: Path) -> HistoryIndex:
+        """An index from :meth:`save` (provider and mtime unknown: for
+        :meth:`get`'s inode and size only). Raises ``OSError`` (no such
+        file) or ``ValueError`` (not what :meth:`save` writes here)."""
         idx = cls()
-        idx._key.frombytes(raw[:8 * n])
-        idx._ino.frombytes(raw[8 * n:16 * n])
-        idx._size.frombytes(raw[16 * n:])
+        with open(path, "rb") as f:
+            head = f.read(len(cls.MAGIC) + 8)
+            if len(head) != len(cls.MAGIC) + 8 or not head.startswith(cls.MAGIC):
+                raise ValueError("not a saved history index")
+            n = int.from_bytes(head[len(cls.MAGIC):], "little")
+            if n * 24 != os.fstat(f.fileno()).st_size - len(head):
+                raise ValueError("a saved history index of the wrong size")
+            try:
+                for a in (idx._key, idx._ino, idx._size):
+                    a.fromfile(f, n)
+            except EOFError:
+                raise ValueError("a truncated history index") from None
         idx._prov.frombytes(bytes(n))
         idx._mtime.frombytes(bytes(8 * n))
-        idx._sealed = False
+        keys = idx._key
+        idx._sealed = all(keys[i] <= keys[i + 1] for i in range(n - 1))  # as saved; else sort
         idx.seal()
         return idx
 
