@@ -185,3 +185,35 @@ def test_old_subagent_file_of_an_active_session_is_read(tmp_path):
         wait_for(lambda: exp.value("coding_agent_files_watched") == 3, what="3 files followed")
     finally:
         exp.stop()
+
+
+def test_history_index_saved_and_loaded_and_refuses_garbage(tmp_path):
+    """The index written beside the checkpoint comes back as it was (taken
+    entries gone); a truncated or foreign file is refused with ValueError."""
+    from coding_agent_exporter.history import HistoryIndex
+
+    files = []
+    for i in range(50):
+        p = tmp_path / f"f{i}.jsonl"
+        p.write_bytes(b"{}\n" * i)
+        files.append(p)
+    idx = HistoryIndex()
+    for p in files:
+        idx.add(str(p), "codex", p.stat())
+    idx.seal()
+    assert idx.take(str(files[7])) is not None
+    saved = tmp_path / "state" / "history-index.bin"
+    idx.save(saved)
+    back = HistoryIndex.load(saved)
+    assert back.get(str(files[7])) is None
+    for p in files[:7] + files[8:]:
+        st = p.stat()
+        assert back.get(str(p))[1][:2] == (st.st_ino, st.st_size)
+    assert back.get(str(tmp_path / "other.jsonl")) is None
+    for bad in (saved.read_bytes()[:-5], b"not an index at all", b""):
+        saved.write_bytes(bad)
+        try:
+            HistoryIndex.load(saved)
+        except ValueError:
+            continue
+        raise AssertionError(f"accepted {bad[:20]!r}")
