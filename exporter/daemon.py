@@ -253,7 +253,7 @@ class Daemon:
         open_ = cp.get("open")
         if isinstance(open_, list):
             self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
-        if cp.get("history") == HISTORY_FILE and self._checkpoint is not None:
+        if cp.get("history") == HISTORY_FILE and self._checkpoint is not None and horizon(self.cfg) < float("inf"):
             try:
                 self._prev_history = HistoryIndex.load(self.history_path)
             except (OSError, ValueError) as e:
@@ -296,6 +296,7 @@ class Daemon:
                     self._unreadable[path] = _stat_key(os.stat(path))
                 except OSError:
                     pass
+        read -= sum(st[1] for path, _p, _r, st in resumed if path in self.store.files)  # skipped, not read
         transitions = self.store.evaluate()
         self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
@@ -321,11 +322,25 @@ class Daemon:
                     st = os.stat(path)
                 except OSError:
                     st = None
-                if st is not None and st.st_ino == ino and st.st_size >= old_size:
+                if st is not None and self._continues(path, (ino, old_size, 0), st):
                     resumed.append((path, prov, root, (ino, old_size, 0)))
                     continue
             rest.append(item)
         return rest, resumed
+
+    def _continues(self, path: str, old: tuple, st: os.stat_result | None = None) -> bool:
+        """True when ``path`` looks like the history file ``old`` (``(st_ino,
+        st_size, st_mtime_ns)`` when it was left as history) with bytes
+        appended: the same inode, not shorter, and a line end where it
+        ended (a file deleted and written again under the same name may get
+        the same inode number). An old file that ended inside a line fails
+        the last check and is read whole, as a new file."""
+        try:
+            st = st or os.stat(path)
+        except OSError:
+            return False
+        ino, size, _mtime = old
+        return st.st_ino == ino and st.st_size >= size and (size == 0 or self._line_end_at(path, size))
 
     def _resume_offset(self, path: str) -> int | None:
         """Where the previous run stopped reading ``path`` (None: the whole
@@ -361,13 +376,18 @@ class Daemon:
         if path not in store.files:
             hit = self._root_of(path)
             if hit is None or not os.path.isfile(path):
+                old = self.history.take(path)  # a history file deleted: no longer followed
+                if old is not None:
+                    store._watched(old[0]).dec()
                 return
             old = self.history.take(path)
-            if old is not None:  # history until now: followed from where it ended
+            if old is not None:
                 store._watched(old[0]).dec()
+            if old is not None and self._continues(path, old[1]):
+                # history until now: followed from where it ended
                 if store.skip(path, hit[0], hit[1], st=old[1]) is None:
                     return
-            elif not store.track(path, hit[0], hit[1]):
+            elif not store.track(path, hit[0], hit[1]):  # new, or another file under the old name
                 return
         try:
             st = os.stat(path)
@@ -476,12 +496,10 @@ class Daemon:
         store, m, history = self.store, self.metrics, self.history
         found = False
         seen = bytearray(history.slots()) if len(history) else None
-        covered = True  # every root listed: a history file the walk did not find is gone
         denied: dict[str, OSError] = {}
         for prov, root in self.roots:
             if root in self._missing:
-                covered = False
-                continue
+                continue  # its files are gone with it
             stats = WalkStats()
             for path in walk_jsonl(root, stats):
                 if path in store.files:
@@ -511,7 +529,7 @@ class Daemon:
             self._folders[str(root)] = stats.dirs
             denied.update(stats.denied)
         self._note_denied(denied)
-        if seen is not None and covered and not denied:
+        if seen is not None and not denied:  # every folder listed: a history file not found is gone
             for prov, n in history.drop_unseen(seen).items():
                 if n:
                     store._watched(prov).dec(n)

@@ -217,3 +217,65 @@ def test_history_index_saved_and_loaded_and_refuses_garbage(tmp_path):
         except ValueError:
             continue
         raise AssertionError(f"accepted {bad[:20]!r}")
+
+
+def _old_rollout(tmp_path: Path) -> Path:
+    path = codex_path(tmp_path, CODEX_FILE_ID)
+    t0 = time.time() - 3 * 86400
+    _write(path, _codex("session_meta", {"id": CODEX_OLD_ID, "timestamp": _iso(t0), "cwd": "/home/dev/rollouts",
+                                         "source": "cli"}, t0) + _codex_turn("old-turn-1", t0 + 10), OLD)
+    return path
+
+
+def _run_once(tmp_path: Path, config: dict | None = None) -> None:
+    exp = Exporter(tmp_path, config=config).start()
+    try:
+        wait_for(lambda: "start-up scan done" in exp.log(), what="start-up line")
+        time.sleep(0.5)
+    finally:
+        assert exp.stop() == 0
+
+
+def test_skip_history_turned_off_after_a_run_reads_the_old_files_whole(tmp_path):
+    old = _old_rollout(tmp_path)
+    _run_once(tmp_path)
+    exp = Exporter(tmp_path, config={"sources": {"skip_history": False}}).start()
+    try:
+        assert exp.value("coding_agent_transcript_lines_total") == old.read_bytes().count(b"\n")
+    finally:
+        exp.stop()
+
+
+def test_history_file_rewritten_in_place_while_down_is_read_whole(tmp_path):
+    """Same name, same inode (rewritten in place), other content: not the
+    old file grown, so it is read from its start."""
+    old = _old_rollout(tmp_path)
+    _run_once(tmp_path)
+    t1 = time.time()
+    new = (_codex("session_meta", {"id": CODEX_OLD_ID, "timestamp": _iso(t1), "cwd": "/home/dev/rollouts",
+                                   "source": "cli", "note": "x" * 40}, t1) + _codex_turn("new-turn-1", t1 + 1)
+           + _codex_turn("new-turn-2", t1 + 5))
+    assert len(new) > old.stat().st_size and new[old.stat().st_size - 1:old.stat().st_size] != b"\n"
+    with open(old, "r+b") as f:  # the same inode
+        f.truncate(0)
+        f.write(new)
+    exp = Exporter(tmp_path).start()
+    try:
+        assert exp.value("coding_agent_transcript_lines_total") == new.count(b"\n")
+    finally:
+        exp.stop()
+
+
+def test_deleted_history_file_leaves_files_watched_with_one_root_missing(tmp_path):
+    """Only the Claude folder exists (a Claude-only user): a history file
+    deleted after start stops being counted as followed."""
+    case = CASES / "24_one_turn_many_end_markers.jsonl"
+    old = claude_path(tmp_path, session_id_of(case))
+    _write(old, case.read_bytes(), OLD)
+    exp = Exporter(tmp_path).start()
+    try:
+        wait_for(lambda: exp.value("coding_agent_files_watched") == 1, what="1 file followed")
+        old.unlink()
+        wait_for(lambda: exp.value("coding_agent_files_watched") == 0, what="the deleted file forgotten")
+    finally:
+        exp.stop()
