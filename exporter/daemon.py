@@ -314,21 +314,16 @@ class Daemon:
         followed from their old end (:meth:`SessionStore.skip`)."""
         rest, resumed = [], []
         for item in files:
-            path, prov, root, size = item
+            path, prov, root, _size = item
             got = self._prev_history.get(path)
-            if got is not None and (self._checkpoint is None or path not in self._checkpoint):
-                ino, old_size, _mtime = got[1]
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    st = None
-                if st is not None and self._continues(path, (ino, old_size, 0), st):
-                    resumed.append((path, prov, root, (ino, old_size, 0)))
-                    continue
-            rest.append(item)
+            if got is not None and (self._checkpoint is None or path not in self._checkpoint) \
+                    and self._continues(path, got[1]):
+                resumed.append((path, prov, root, got[1]))
+            else:
+                rest.append(item)
         return rest, resumed
 
-    def _continues(self, path: str, old: tuple, st: os.stat_result | None = None) -> bool:
+    def _continues(self, path: str, old: tuple) -> bool:
         """True when ``path`` looks like the history file ``old`` (``(st_ino,
         st_size, st_mtime_ns)`` when it was left as history) with bytes
         appended: the same inode, not shorter, and a line end where it
@@ -336,7 +331,7 @@ class Daemon:
         the same inode number). An old file that ended inside a line fails
         the last check and is read whole, as a new file."""
         try:
-            st = st or os.stat(path)
+            st = os.stat(path)
         except OSError:
             return False
         ino, size, _mtime = old
@@ -375,14 +370,13 @@ class Daemon:
         store = self.store
         if path not in store.files:
             hit = self._root_of(path)
-            if hit is None or not os.path.isfile(path):
-                old = self.history.take(path)  # a history file deleted: no longer followed
-                if old is not None:
-                    store._watched(old[0]).dec()
+            if hit is None:
                 return
-            old = self.history.take(path)
+            old = self.history.take(path)  # changed or deleted: no longer history
             if old is not None:
                 store._watched(old[0]).dec()
+            if not os.path.isfile(path):
+                return
             if old is not None and self._continues(path, old[1]):
                 # history until now: followed from where it ended
                 if store.skip(path, hit[0], hit[1], st=old[1]) is None:
@@ -504,28 +498,20 @@ class Daemon:
             for path in walk_jsonl(root, stats):
                 if path in store.files:
                     continue
-                if seen is not None:
-                    i = history.position(path)
-                    if i >= 0:
-                        seen[i] = 1
-                        try:
-                            if history.unchanged(i, os.stat(path)):
-                                continue
-                        except OSError:
+                i = history.position(path) if seen is not None else -1
+                if i >= 0:  # a history file: read when its stat changed
+                    seen[i] = 1
+                    try:
+                        if history.unchanged(i, os.stat(path)):
                             continue
-                        if self.queue.pending(path):
-                            continue
-                        if counting:
-                            m.poll_recoveries.labels(prov).inc()
-                        self._read(path, live=True)
-                        found = True
+                    except OSError:
                         continue
-                if not self.queue.pending(path):
-                    if store.track(path, prov, root):
-                        if counting:
-                            m.poll_recoveries.labels(prov).inc()
-                        self._read(path, live=True)
-                        found = True
+                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root)):
+                    continue
+                if counting:
+                    m.poll_recoveries.labels(prov).inc()
+                self._read(path, live=True)
+                found = True
             self._folders[str(root)] = stats.dirs
             denied.update(stats.denied)
         self._note_denied(denied)

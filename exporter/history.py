@@ -20,12 +20,12 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from array import array
 from bisect import bisect_left
 from pathlib import Path
 
 from .discovery import walk_jsonl
+from .persist import write_atomic
 from .providers import PROVIDER_MODULES
 from .workers import Forked
 
@@ -79,23 +79,19 @@ class HistoryIndex:
         """Sort by key (lookups bisect)."""
         if self._sealed:
             return
-        order = sorted(range(len(self._key)), key=self._key.__getitem__)
-        for name in ("_key", "_prov", "_ino", "_size", "_mtime"):
-            old = getattr(self, name)
-            setattr(self, name, array(old.typecode, (old[i] for i in order)))
+        self._select(sorted(range(len(self._key)), key=self._key.__getitem__))
         self._sealed = True
         self.version += 1
 
-    def merge(self, other: HistoryIndex) -> None:
-        """Put in every file of ``other`` (before :meth:`seal`)."""
+    def _select(self, positions: list[int]) -> None:
+        """Keep the entries at ``positions``, in that order."""
         for name in ("_key", "_prov", "_ino", "_size", "_mtime"):
-            getattr(self, name).extend(getattr(other, name))
-        for prov, n in other.count.items():
-            self.count[prov] += n
-        self.bytes += other.bytes
-        self._sealed = False
+            old = getattr(self, name)
+            setattr(self, name, array(old.typecode, (old[i] for i in positions)))
 
-    def _find(self, path: str) -> int:
+    def position(self, path: str) -> int:
+        """The entry's position (for :meth:`unchanged` and :meth:`drop_unseen`),
+        or -1."""
         key = path_key(path)
         i = bisect_left(self._key, key)
         return i if i < len(self._key) and self._key[i] == key and self._size[i] >= 0 else -1
@@ -103,14 +99,14 @@ class HistoryIndex:
     def get(self, path: str) -> tuple[str, tuple[int, int, int]] | None:
         """``(provider, (st_ino, st_size, st_mtime_ns))`` as the file was put
         in, or None when it is not (or no longer) in the index."""
-        i = self._find(path)
+        i = self.position(path)
         if i < 0:
             return None
         return _PROVIDERS[self._prov[i]], (self._ino[i], self._size[i], self._mtime[i])
 
     def take(self, path: str) -> tuple[str, tuple[int, int, int]] | None:
         """:meth:`get`, and the file leaves the index."""
-        i = self._find(path)
+        i = self.position(path)
         if i < 0:
             return None
         got = _PROVIDERS[self._prov[i]], (self._ino[i], self._size[i], self._mtime[i])
@@ -124,11 +120,6 @@ class HistoryIndex:
 
     def unchanged(self, i: int, st: os.stat_result) -> bool:
         return st.st_ino == self._ino[i] and st.st_size == self._size[i] and st.st_mtime_ns == self._mtime[i]
-
-    def position(self, path: str) -> int:
-        """The entry's position (for :meth:`unchanged` and :meth:`drop_unseen`),
-        or -1."""
-        return self._find(path)
 
     def drop_unseen(self, seen: bytearray) -> dict[str, int]:
         """Drop every entry whose position is not marked in ``seen`` (a walk
@@ -155,29 +146,15 @@ class HistoryIndex:
         a file, straight from the arrays) to ``path`` atomically, for the
         next start (:meth:`load`). Taken entries are dropped from the arrays
         first. Raises ``OSError``."""
-        live = self._size
-        if any(v < 0 for v in live):
-            keep = [i for i in range(len(live)) if live[i] >= 0]
-            for name in ("_key", "_prov", "_ino", "_mtime", "_size"):
-                old = getattr(self, name)
-                setattr(self, name, array(old.typecode, (old[i] for i in keep)))
-            del keep
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.MAGIC + len(self._key).to_bytes(8, "little"))
-                for a in (self._key, self._ino, self._size):
-                    a.tofile(f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        if any(v < 0 for v in self._size):
+            self._select([i for i, v in enumerate(self._size) if v >= 0])
+
+        def write(f) -> None:
+            f.write(self.MAGIC + len(self._key).to_bytes(8, "little"))
+            for a in (self._key, self._ino, self._size):
+                a.tofile(f)
+
+        write_atomic(path, write)
 
     @classmethod
     def load(cls, path: Path) -> HistoryIndex:

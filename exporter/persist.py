@@ -15,13 +15,20 @@ log = logging.getLogger(__name__)
 
 
 def save_json(path: Path, data) -> None:
-    """Write ``data`` as JSON atomically: temp file in the same folder, fsync,
-    rename, fsync of the folder. Raises ``OSError`` on failure."""
+    """Write ``data`` as JSON atomically (:func:`write_atomic`). Raises
+    ``OSError`` on failure."""
+    write_atomic(path, lambda f: f.write(orjson.dumps(data)))
+
+
+def write_atomic(path: Path, write) -> None:
+    """Replace ``path`` atomically with what ``write(f)`` writes to a binary
+    file: temp file in the same folder, fsync, rename, fsync of the folder.
+    Raises ``OSError`` on failure (the temp file is removed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(data))
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
