@@ -162,7 +162,7 @@ def _scan_hint(args, cfg) -> str:
     """Why a scan found no session, for the plain output."""
     from pathlib import Path
 
-    from .discovery import walk_jsonl
+    from .sources import walk_jsonl
 
     files = []
     for p in map(Path, args.paths):

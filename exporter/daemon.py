@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 from .config import Config
-from .discovery import ChangeQueue, Watcher, WalkStats, walk_jsonl
+from .discovery import ChangeQueue, Watcher
 from .history import HistoryIndex, horizon, split_start_up
 from .hooks import HookInbox
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store, read_start_up
-from .sources import configured_roots, describe_root
+from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
 from .store import Transition
 
 log = logging.getLogger(__name__)
@@ -101,6 +101,7 @@ class Daemon:
         #: Files the start-up scan left as history, followed from their end once they change.
         self.history = HistoryIndex()
         self._prev_history: HistoryIndex | None = None  # the previous run's, from its checkpoint
+        self._split = None  # the start-up walk in this process (when not forked), between its two results
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -259,10 +260,13 @@ class Daemon:
             except (OSError, ValueError) as e:
                 log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
                             "down are read whole, as news", self.history_path, getattr(e, "strerror", None) or e)
-        split = self.early_split.result() if self.early_split is not None else None
-        self.early_split = None
-        files, self.history = split or split_start_up(self.roots, horizon(self.cfg), time.time())
-        for prov, n in self.history.count.items():
+        first = self.early_split.result(last=False) if self.early_split is not None else None
+        if first is None:
+            self.early_split = None
+            self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
+            first = next(self._split)
+        files, history_count, history_bytes = first
+        for prov, n in history_count.items():
             if n:
                 self.store._watched(prov).inc(n)
         # Files that were history at the previous run and were appended to
@@ -301,11 +305,35 @@ class Daemon:
         self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
+        self._take_history(history_count)
         self._backfilled = True
         took = time.monotonic() - started
         log.info("start-up scan done in %.2f s: read %d files (%s in %.2f s), skipped %d files (%s) as history "
-                 "(not written for %g s); %d sessions", took, total, _size(read), reading, len(self.history),
-                 _size(self.history.bytes), self.cfg.metrics.session_ttl_seconds, len(self.store.sessions))
+                 "(not written for %g s); %d sessions", took, total, _size(read), reading,
+                 sum(history_count.values()), _size(history_bytes), self.cfg.metrics.session_ttl_seconds,
+                 len(self.store.sessions))
+
+    def _take_history(self, counted: dict[str, int]) -> None:
+        """Take the start-up walk's second result, the :class:`HistoryIndex`
+        (built while the files to read were read). ``counted``: history
+        files per provider already in ``files_watched``. Should the forked
+        walk have failed since its first result, the walk is done again
+        here; files it finds that the start-up read already follows are
+        taken out."""
+        index = self.early_split.result() if self.early_split is not None else None
+        self.early_split = None
+        if index is None:
+            if self._split is None:
+                self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
+                next(self._split)
+            index = next(self._split)
+        self._split = None
+        for path in self.store.files:
+            index.take(path)
+        for prov, n in index.count.items():
+            if n != counted.get(prov, 0):
+                self.store._watched(prov).inc(n - counted.get(prov, 0))
+        self.history = index
 
     def _resumed_history(self, files: list) -> tuple[list, list]:
         """Split ``files`` (to read at start-up) into those to read as usual and

@@ -33,45 +33,6 @@ from watchdog.observers import Observer
 log = logging.getLogger(__name__)
 
 
-class WalkStats:
-    """What a walk saw: ``dirs`` folders listed, ``denied`` the folders that
-    could not be listed (path → error)."""
-
-    __slots__ = ("dirs", "denied")
-
-    def __init__(self) -> None:
-        self.dirs = 0
-        self.denied: dict[str, OSError] = {}
-
-
-def walk_jsonl(root: Path, stats: WalkStats | None = None, entries: bool = False):
-    """Yield every ``*.jsonl`` file path under ``root`` (no symlinked
-    folders followed; unreadable folders skipped, and noted in ``stats``);
-    with ``entries``, their ``os.DirEntry`` (``.path``, ``.name``, a
-    ``.stat()`` that follows symlinks)."""
-    stack = [str(root)]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                if stats is not None:
-                    stats.dirs += 1
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append(e.path)
-                        elif e.name.endswith(".jsonl") and e.is_file():
-                            yield e if entries else e.path
-                    except OSError:
-                        continue
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            if stats is not None:
-                stats.denied[d] = e
-            continue
-
-
 def inotify_watches() -> int | None:
     """How many inotify watches this process holds (Linux ``/proc``); None
     where that cannot be known."""

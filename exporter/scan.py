@@ -71,7 +71,7 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
 
 def _walk(top: Path):
     """``(path, resolved path, size)`` of every ``*.jsonl`` file under
-    ``top`` (as ``discovery.walk_jsonl``: no symlinked folders followed,
+    ``top`` (as ``sources.walk_jsonl``: no symlinked folders followed,
     unreadable folders skipped). Resolved paths come from the walk itself:
     a folder it enters is no symlink, so only symlinked files need a
     ``realpath``."""

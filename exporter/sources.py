@@ -1,7 +1,10 @@
-"""Which roots to read: configured paths or each provider's default."""
+"""Which roots to read (configured paths or each provider's default), and the
+transcript files under them. Light on imports: the daemon's start-up walk
+forks from here before the rest of the exporter is imported."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from .config import Config
@@ -56,3 +59,42 @@ def describe_root(provider: str, root: Path) -> str:
         var = "CLAUDE_CONFIG_DIR" if provider == "claude_code" else "CODEX_HOME"
         hint = f"; did you point {var} at the {root.name} folder itself? It names the folder above it"
     return "does not exist yet" + hint
+
+
+class WalkStats:
+    """What a walk saw: ``dirs`` folders listed, ``denied`` the folders that
+    could not be listed (path → error)."""
+
+    __slots__ = ("dirs", "denied")
+
+    def __init__(self) -> None:
+        self.dirs = 0
+        self.denied: dict[str, OSError] = {}
+
+
+def walk_jsonl(root: Path, stats: WalkStats | None = None, entries: bool = False):
+    """Yield every ``*.jsonl`` file path under ``root`` (no symlinked
+    folders followed; unreadable folders skipped, and noted in ``stats``);
+    with ``entries``, their ``os.DirEntry`` (``.path``, ``.name``, a
+    ``.stat()`` that follows symlinks)."""
+    stack = [str(root)]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                if stats is not None:
+                    stats.dirs += 1
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                        elif e.name.endswith(".jsonl") and e.is_file():
+                            yield e if entries else e.path
+                    except OSError:
+                        continue
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            if stats is not None:
+                stats.denied[d] = e
+            continue

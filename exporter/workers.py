@@ -26,13 +26,15 @@ def worker_count() -> int:
 
 
 class Forked:
-    """``work()`` (no arguments; returns something picklable) running in a
-    forked child from construction on. Where there is no ``os.fork``
-    nothing runs and :meth:`result` gives None."""
+    """``work()`` (no arguments; returns an iterable of picklable results)
+    running in a forked child from construction on. Each result goes to the
+    parent as soon as it is made, so a first result can be used while the
+    child still works on the next. Where there is no ``os.fork`` nothing
+    runs and :meth:`result` gives None."""
 
     def __init__(self, work) -> None:
         self._pid: int | None = None
-        self._pipe: int | None = None
+        self._pipe = None
         if not hasattr(os, "fork"):
             return
         r, w = os.pipe()
@@ -41,40 +43,44 @@ class Forked:
             code = 0
             try:
                 os.close(r)
-                out = work()
                 with os.fdopen(w, "wb") as pipe:
-                    pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                    for out in work():
+                        pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                        pipe.flush()
             except BaseException:
                 code = 1
             finally:
                 os._exit(code)
         os.close(w)
-        self._pid, self._pipe = pid, r
+        self._pid, self._pipe = pid, os.fdopen(r, "rb")
 
-    def result(self):
-        """Wait for the child; what ``work()`` returned, or None when it
-        failed (or did not run)."""
+    def result(self, last: bool = True):
+        """The child's next result; None when it failed before sending it
+        (or did not run). ``last``: no more is wanted, so the child is
+        waited for, and a child that then exits with a failure gives None."""
         if self._pid is None:
             return None
-        out = None
-        with os.fdopen(self._pipe, "rb") as pipe:
-            try:
-                out = pickle.load(pipe)
-            except (EOFError, pickle.UnpicklingError, OSError):
+        try:
+            out = pickle.load(self._pipe)
+        except (EOFError, pickle.UnpicklingError, OSError):
+            out, last = None, True
+        if last:
+            self._pipe.close()
+            _, status = os.waitpid(self._pid, 0)
+            self._pid = None
+            if status != 0:
                 out = None
-        _, status = os.waitpid(self._pid, 0)
-        self._pid = None
-        return out if status == 0 else None
+        return out
 
     def cancel(self) -> None:
-        """Kill the child (its result is not wanted)."""
+        """Kill the child (its results are not wanted)."""
         if self._pid is None:
             return
         try:
             os.kill(self._pid, signal.SIGKILL)
         except OSError:
             pass
-        os.close(self._pipe)
+        self._pipe.close()
         os.waitpid(self._pid, 0)
         self._pid = None
 
@@ -84,7 +90,7 @@ def fork_map(parts: list, work, progress=None, stop=None) -> list | None:
     the others in :class:`Forked` children (which get no ``progress``).
     Returns the results in the order of ``parts``; ``None`` when a child
     failed or ``stop()`` became true (children are then killed)."""
-    children = [Forked(lambda part=part: work(part, None)) for part in parts[1:]]
+    children = [Forked(lambda part=part: [work(part, None)]) for part in parts[1:]]
     label = (lambda msg: progress(f"{msg} (this process; {len(parts) - 1} more in parallel)")) if progress else None
     results = [work(parts[0], label)]
     if stop is not None and stop():

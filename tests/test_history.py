@@ -199,7 +199,8 @@ def test_history_index_saved_and_loaded_and_refuses_garbage(tmp_path):
         files.append(p)
     idx = HistoryIndex()
     for p in files:
-        idx.add(str(p), "codex", p.stat())
+        st = p.stat()
+        idx.add(str(p), "codex", st.st_ino, st.st_size, st.st_mtime_ns)
     idx.seal()
     assert idx.take(str(files[7])) is not None
     saved = tmp_path / "state" / "history-index.bin"
@@ -279,3 +280,44 @@ def test_deleted_history_file_leaves_files_watched_with_one_root_missing(tmp_pat
         wait_for(lambda: exp.value("coding_agent_files_watched") == 0, what="the deleted file forgotten")
     finally:
         exp.stop()
+
+
+def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_path):
+    """The start-up walk runs in a forked process that sends the files to
+    read first and the history index after them (built while they are
+    read). Should it die in between, the daemon walks again itself: the old
+    file is in the index, the file it read is not, and ``files_watched``
+    counts each once."""
+    from coding_agent_exporter.config import load
+    from coding_agent_exporter.daemon import Daemon
+    from coding_agent_exporter.history import horizon, split_start_up
+    from coding_agent_exporter.sources import configured_roots
+    from coding_agent_exporter.workers import Forked
+
+    old = _old_rollout(tmp_path)
+    case = CASES / "24_one_turn_many_end_markers.jsonl"
+    recent = claude_path(tmp_path, session_id_of(case))
+    _write(recent, case.read_bytes())
+    cfg_file = tmp_path / "config.yml"
+    cfg_file.write_text(json.dumps({
+        "sources": {"claude_code": {"paths": [str(tmp_path / "claude" / "projects")]},
+                    "codex": {"paths": [str(tmp_path / "codex" / "sessions")]}, "watch_events": False},
+        "state_dir": str(tmp_path / "state")}))
+    cfg = load(cfg_file)
+
+    def dies_after_the_first():
+        yield next(split_start_up(configured_roots(cfg), horizon(cfg), time.time()))
+        os._exit(3)
+
+    daemon = Daemon(cfg, early_split=Forked(dies_after_the_first))
+    daemon.start()
+    try:
+        assert daemon.ready.wait(30)
+        assert daemon.history.count == {"claude_code": 0, "codex": 1}
+        assert daemon.history.get(str(old)) is not None and daemon.history.get(str(recent)) is None
+        assert str(recent) in daemon.store.files
+        watched = {s.labels["provider"]: s.value for m in daemon.metrics.registry.collect()
+                   if m.name == "coding_agent_files_watched" for s in m.samples}
+        assert watched == {"claude_code": 1, "codex": 1}
+    finally:
+        daemon.stop()
