@@ -102,6 +102,7 @@ class Daemon:
         self.history = HistoryIndex()
         self._prev_history: HistoryIndex | None = None  # the previous run's, from its checkpoint
         self._split = None  # the start-up walk in this process (when not forked), between its two results
+        self._history_counted: dict[str, int] | None = None  # its first result's count of history files
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -179,13 +180,17 @@ class Daemon:
             self._backfill()
         except Exception:  # pragma: no cover - never let the reader die silently
             log.exception("start-up scan failed")
+        self.ready.set()
         if not self._stop.is_set():
+            try:
+                self._take_history()
+            except Exception:  # pragma: no cover - keep following files whatever happens
+                log.exception("history index failed; history files are not followed")
             # At once, even with nothing read: a checkpoint is also the mark
             # that this state_dir has run before, so that a crash before the
             # first periodic save does not make the next start take what was
             # written meanwhile for old history (and page none of it).
             self._save_checkpoint(force=True)
-        self.ready.set()
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:
@@ -305,7 +310,7 @@ class Daemon:
         self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
-        self._take_history(history_count)
+        self._history_counted = history_count
         self._backfilled = True
         took = time.monotonic() - started
         log.info("start-up scan done in %.2f s: read %d files (%s in %.2f s), skipped %d files (%s) as history "
@@ -313,13 +318,15 @@ class Daemon:
                  sum(history_count.values()), _size(history_bytes), self.cfg.metrics.session_ttl_seconds,
                  len(self.store.sessions))
 
-    def _take_history(self, counted: dict[str, int]) -> None:
+    def _take_history(self) -> None:
         """Take the start-up walk's second result, the :class:`HistoryIndex`
-        (built while the files to read were read). ``counted``: history
-        files per provider already in ``files_watched``. Should the forked
-        walk have failed since its first result, the walk is done again
-        here; files it finds that the start-up read already follows are
-        taken out."""
+        (built while the files to read were read; taken after ready: nothing
+        before needs it). Should the forked walk have failed since its first
+        result, the walk is done again here; files it finds that the
+        start-up read already follows are taken out."""
+        counted = self._history_counted  # history files per provider already in files_watched
+        if counted is None:
+            return  # the start-up scan did not get as far as the walk
         index = self.early_split.result() if self.early_split is not None else None
         self.early_split = None
         if index is None:

@@ -313,7 +313,7 @@ def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_pat
     daemon.start()
     try:
         assert daemon.ready.wait(30)
-        assert daemon.history.count == {"claude_code": 0, "codex": 1}
+        wait_for(lambda: daemon.history.count == {"claude_code": 0, "codex": 1}, what="the index taken")
         assert daemon.history.get(str(old)) is not None and daemon.history.get(str(recent)) is None
         assert str(recent) in daemon.store.files
         watched = {s.labels["provider"]: s.value for m in daemon.metrics.registry.collect()
