@@ -9,6 +9,7 @@ delivery runs in its own thread and never blocks reading.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -19,7 +20,8 @@ from pathlib import Path
 from .config import Config
 from .discovery import ChangeQueue, Watcher
 from .history import HistoryIndex, horizon, split_start_up
-from .hooks import HookInbox
+from .events import WAIT
+from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
 from .persist import load_json, save_json
 from .scan import make_store, read_start_up
@@ -32,6 +34,9 @@ CHECKPOINT_FILE = "checkpoint.json"
 #: The files left as history (``HistoryIndex.save``), written with the checkpoint.
 HISTORY_FILE = "history-index.bin"
 CHECKPOINT_EVERY_SECONDS = 5.0
+#: Applied hook deliveries the checkpoint keeps at most (the newest; only
+#: those younger than ``metrics.session_ttl_seconds``).
+HOOKS_KEPT = 1000
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
 WALK_COST_FACTOR = 100.0
@@ -77,6 +82,11 @@ class Daemon:
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
+        #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
+        #: and applied again at the next start: a wait only a hook reported
+        #: outlives a restart.
+        self._hook_log: collections.deque[dict] = collections.deque(maxlen=HOOKS_KEPT)
+        self._hooks_version = 0
         self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
         self.ready = threading.Event()
@@ -88,7 +98,7 @@ class Daemon:
         self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
         self.history_path = cfg.resolved_state_dir() / HISTORY_FILE
         self._checkpoint: dict | None = None
-        self._saved: tuple = ({}, [], -1)
+        self._saved: tuple = ({}, [], -1, 0)
         #: Sessions the previous run saw still open (working/stalled) at its
         #: last checkpoint: a turn end they reach now was never news to it.
         self._carry: set[tuple[str, str]] = set()
@@ -142,14 +152,16 @@ class Daemon:
                        if not s.hidden and s.status.state in ("working", "stalled"))
         open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
         history = self.history.version
-        if (offsets, open_, history) == self._saved and not force:
+        if (offsets, open_, history, self._hooks_version) == self._saved and not force:
             return
+        ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
+        hooks = [r for r in self._hook_log if not ttl or now - r["ts"] < ttl]
         try:
             if history != self._saved[2] or force:
                 self.history.save(self.history_path)  # first: the checkpoint says it is there
             save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_,
-                                             "history": HISTORY_FILE})
-            self._saved = (offsets, open_, history)
+                                             "history": HISTORY_FILE, "hooks": hooks})
+            self._saved = (offsets, open_, history, self._hooks_version)
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
 
@@ -240,13 +252,38 @@ class Daemon:
         and dropped, so it can neither page nor linger. True when there were
         any."""
         items = self.hooks.take()
+        wait = False
         for d in items:
-            path = d.transcript_path
-            ours = bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
+            ours = self._ours(d.transcript_path)
             if ours:
-                self._read(path, live=True)
-            self.store.apply_hook(d, may_create=ours)
+                self._read(d.transcript_path, live=True)
+            if self.store.apply_hook(d, may_create=ours) is not None:
+                self._keep_hook(d)
+                wait = wait or d.event.kind == WAIT
+        if wait:
+            self._save_checkpoint()  # a wait only a hook knows of outlives a restart at once
         return bool(items)
+
+    def _ours(self, path: str | None) -> bool:
+        """``path`` (a hook's ``transcript_path``) lies under a configured root."""
+        return bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
+
+    def _keep_hook(self, d) -> None:
+        self._hook_log.append(to_record(d))
+        self._hooks_version += 1
+
+    def _reapply_hooks(self, saved) -> None:
+        """Apply again, as backfill, the hook deliveries the previous run
+        saved (younger than ``metrics.session_ttl_seconds``). Each is
+        ordered by when it arrived: a record written after it (the user
+        answered the prompt while the exporter was down) decides the state."""
+        ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
+        for rec in saved if isinstance(saved, list) else ():
+            d = from_record(rec)
+            if d is None or (ttl and now - d.event.ts >= ttl):
+                continue
+            if self.store.apply_hook(d, may_create=self._ours(d.transcript_path), live=False) is not None:
+                self._keep_hook(d)
 
     def _backfill(self) -> None:
         """Read everything there is. Bytes a previous run had read (its
@@ -293,6 +330,7 @@ class Daemon:
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
+        self._reapply_hooks(cp.get("hooks"))
         reading = time.monotonic() - reading
         read = 0
         for path, *_ in files + resumed:

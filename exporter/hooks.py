@@ -122,6 +122,40 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
     return HookDelivery(provider, name, sid, path, _str(obj, "cwd"), event, f"hook:{digest}")
 
 
+#: ``Event`` fields a saved delivery keeps (what ``project_hook`` sets).
+_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final")
+
+
+def to_record(d: HookDelivery) -> dict:
+    """What the checkpoint keeps of an applied delivery, so that a state
+    only a hook reported (a permission prompt) outlives a restart: the
+    envelope and the event's fields, JSON-ready; nothing of the body."""
+    ev = d.event
+    rec = {"provider": d.provider, "name": d.name, "session_id": d.session_id,
+           "transcript_path": d.transcript_path, "cwd": d.cwd, "ident": d.ident, "kind": int(ev.kind)}
+    rec.update((k, getattr(ev, k)) for k in _SAVED_FIELDS)
+    return rec
+
+
+def from_record(rec) -> HookDelivery | None:
+    """A delivery from :func:`to_record`'s dict; None for anything else (a
+    damaged or foreign checkpoint entry)."""
+    from .events import Kind
+
+    try:
+        ev = Event(Kind(rec["kind"]), **{k: rec[k] for k in _SAVED_FIELDS})
+        d = HookDelivery(rec["provider"], rec["name"], rec["session_id"], rec["transcript_path"], rec["cwd"], ev,
+                         rec["ident"])
+    except (TypeError, ValueError, KeyError):
+        return None
+    texts = (d.provider, d.name, d.ident, ev.detail, ev.reason, ev.tool, ev.error_kind)
+    if d.provider not in PROVIDERS or not isinstance(ev.ts, (int, float)) or type(ev.final) is not bool \
+            or not all(isinstance(v, str) for v in (d.session_id or "", d.transcript_path or "", d.cwd or "")) \
+            or not all(v is None or isinstance(v, str) for v in texts):
+        return None
+    return d
+
+
 class HookInbox:
     """Hook deliveries from the HTTP threads to the reader thread.
 

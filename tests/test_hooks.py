@@ -329,3 +329,64 @@ def test_hook_command_never_fails_the_agent(tmp_path):
                        timeout=30)
     assert (r.returncode, r.stdout) == (0, b"")
     assert b"spooled" in r.stderr and b"s3cret-pw" not in r.stderr and b"alice" not in r.stderr
+
+
+def test_a_wait_only_a_hook_reported_outlives_restarts(tmp_path):
+    """A permission prompt is in no transcript: the exporter keeps the hook
+    with its checkpoint, so after a restart (SIGTERM, then kill -9 at once
+    after the hook) the session still waits, with no second page; when the
+    user answered while the exporter was down, the records written since
+    decide: the turn's completion pages once."""
+    receiver = Receiver()
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    path = claude_path(tmp_path, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    try:
+        exp.wait_state(SID, "working")
+        post(exp, "claude_code", claude_hook("PermissionRequest", path, tool_name="Bash",
+                                             tool_input={"command": "make"}, permission_suggestions=[]))
+        exp.wait_state(SID, "waiting")
+        wait_for(lambda: len(receiver.messages) == 1, what="the waiting page")
+        time.sleep(0.3)
+        exp.stop("kill")
+        exp.start()
+        assert exp.state(SID) == "waiting"
+        assert exp.value("coding_agent_sessions", provider="claude_code", state="waiting") == 1
+        assert exp.stop() == 0
+        exp.start()
+        assert exp.state(SID) == "waiting"
+        time.sleep(1.0)
+        assert len(receiver.messages) == 1
+        exp.stop()
+        # answered while the exporter was down
+        with open(path, "ab") as f:
+            t = time.time()
+            f.write(claude_line("tool_result", 3, t, of=2) + claude_line("text", 4, t + 0.1, text="Built.")
+                    + claude_line("turn_duration", 5, t + 0.2))
+        exp.start()
+        exp.wait_state(SID, "completed")
+        wait_for(lambda: len(receiver.messages) == 2, what="the completion page")
+        assert receiver.messages[1]["title"] == "Claude Code · shop: your turn"
+        time.sleep(1.0)
+        assert len(receiver.messages) == 2
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_saved_hook_deliveries_round_trip_and_garbage_is_refused():
+    """What the checkpoint keeps of a delivery comes back equal, through
+    JSON; a damaged entry is refused, never raised."""
+    from coding_agent_exporter.hooks import from_record, parse, to_record
+
+    body = json.dumps(claude_hook("PermissionRequest", Path("/x/t.jsonl"), tool_name="Bash",
+                                  tool_input={"command": "secret-token"})).encode()
+    d = parse("claude_code", body, 1_780_000_000.25)
+    rec = json.loads(json.dumps(to_record(d)))
+    assert from_record(rec) == d
+    assert "secret-token" not in json.dumps(rec)
+    for bad in (None, [], "x", {}, {**rec, "kind": 99}, {**rec, "ts": "soon"}, {**rec, "provider": "vim"},
+                {**rec, "tool": ["Bash"]}, {**rec, "final": 1}, {k: v for k, v in rec.items() if k != "ident"}):
+        assert from_record(bad) is None, bad
