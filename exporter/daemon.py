@@ -23,7 +23,7 @@ from .history import HistoryIndex, horizon, split_start_up
 from .events import WAIT
 from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
-from .persist import load_json, save_json
+from .persist import load_json, remove_leftovers, save_json
 from .scan import make_store, read_start_up
 from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
 from .store import Transition
@@ -190,19 +190,17 @@ class Daemon:
     def _run(self) -> None:
         try:
             self._backfill()
+            if not self._stop.is_set() and self._take_history():
+                self._backfilled = True
         except Exception:  # pragma: no cover - never let the reader die silently
             log.exception("start-up scan failed")
-        self.ready.set()
         if not self._stop.is_set():
-            try:
-                self._take_history()
-            except Exception:  # pragma: no cover - keep following files whatever happens
-                log.exception("history index failed; history files are not followed")
             # At once, even with nothing read: a checkpoint is also the mark
             # that this state_dir has run before, so that a crash before the
             # first periodic save does not make the next start take what was
             # written meanwhile for old history (and page none of it).
             self._save_checkpoint(force=True)
+        self.ready.set()
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:
@@ -302,8 +300,13 @@ class Daemon:
             except (OSError, ValueError) as e:
                 log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
                             "down are read whole, as news", self.history_path, getattr(e, "strerror", None) or e)
+        remove_leftovers(self.history_path)  # an index save a crash interrupted
         first = self.early_split.result(last=False) if self.early_split is not None else None
         if first is None:
+            if self.early_split is not None:
+                if self._stop.is_set():
+                    return  # it was stopped with the exporter (Ctrl-C, the service manager)
+                log.warning("the start-up walk's process failed; walking the folders in this process")
             self.early_split = None
             self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
             first = next(self._split)
@@ -349,26 +352,28 @@ class Daemon:
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
         self._history_counted = history_count
-        self._backfilled = True
         took = time.monotonic() - started
         log.info("start-up scan done in %.2f s: read %d files (%s in %.2f s), skipped %d files (%s) as history "
                  "(not written for %g s); %d sessions", took, total, _size(read), reading,
                  sum(history_count.values()), _size(history_bytes), self.cfg.metrics.session_ttl_seconds,
                  len(self.store.sessions))
 
-    def _take_history(self) -> None:
+    def _take_history(self) -> bool:
         """Take the start-up walk's second result, the :class:`HistoryIndex`
-        (built while the files to read were read; taken after ready: nothing
-        before needs it). Should the forked walk have failed since its first
-        result, the walk is done again here; files it finds that the
-        start-up read already follows are taken out."""
+        (built while the files to read were read). Should the forked walk
+        have failed since its first result, the walk is done again here;
+        files it finds that the start-up read already follows are taken
+        out. False when the start-up scan did not get that far (stopped)."""
         counted = self._history_counted  # history files per provider already in files_watched
         if counted is None:
-            return  # the start-up scan did not get as far as the walk
+            return False
         index = self.early_split.result() if self.early_split is not None else None
         self.early_split = None
         if index is None:
+            if self._stop.is_set():
+                return False  # stopped with the exporter
             if self._split is None:
+                log.warning("the start-up walk's process failed; walking the folders again in this process")
                 self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
                 next(self._split)
             index = next(self._split)
@@ -379,6 +384,7 @@ class Daemon:
             if n != counted.get(prov, 0):
                 self.store._watched(prov).inc(n - counted.get(prov, 0))
         self.history = index
+        return True
 
     def _resumed_history(self, files: list) -> tuple[list, list]:
         """Split ``files`` (to read at start-up) into those to read as usual and

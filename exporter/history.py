@@ -281,12 +281,5 @@ def split_early(roots: list[tuple[str, Path]], horizon: float, now: float) -> Fo
     come through ``result()``; None: do it in this process). Called before
     the rest of the exporter is imported and before any thread starts, so
     the walk overlaps with them, and the fork is of a process with one
-    thread. The index is built at a lower priority (``nice``): it is wanted
-    only after the start-up read, which goes first."""
-    def work():
-        results = split_start_up(roots, horizon, now)
-        yield next(results)
-        os.nice(10)
-        yield next(results)
-
-    return Forked(work)
+    thread."""
+    return Forked(lambda: split_start_up(roots, horizon, now))

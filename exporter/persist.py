@@ -48,9 +48,9 @@ def write_atomic(path: Path, write) -> None:
         pass
 
 
-def _remove_leftovers(path: Path) -> None:
-    """Delete temp files an interrupted :func:`save_json` left (a crash
-    between ``mkstemp`` and ``os.replace``)."""
+def remove_leftovers(path: Path) -> None:
+    """Delete temp files an interrupted :func:`write_atomic` left beside
+    ``path`` (a crash between ``mkstemp`` and ``os.replace``)."""
     try:
         with os.scandir(path.parent) as it:
             for e in it:
@@ -80,7 +80,7 @@ def load_json(path: Path, what: str, valid=None):
     (not JSON, not an object, another ``version``, or ``valid(data)`` false)
     is renamed to ``<name>.corrupt-<time>`` with a warning, never raised.
     Temp files of an interrupted write are removed."""
-    _remove_leftovers(path)
+    remove_leftovers(path)
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

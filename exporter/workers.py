@@ -25,6 +25,10 @@ def worker_count() -> int:
     return n if hasattr(os, "fork") else 1
 
 
+def _exit_quietly(_signum, _frame) -> None:  # pragma: no cover - runs in a child
+    os._exit(1)
+
+
 class Forked:
     """``work()`` (no arguments; returns an iterable of picklable results)
     running in a forked child from construction on. Each result goes to the
@@ -42,6 +46,10 @@ class Forked:
         if pid == 0:  # pragma: no cover - runs in the child
             code = 0
             try:
+                # Ctrl-C and a service manager's stop reach the whole group:
+                # the child ends quietly, the parent says what happens.
+                for name in ("SIGINT", "SIGTERM"):
+                    signal.signal(getattr(signal, name), _exit_quietly)
                 os.close(r)
                 with os.fdopen(w, "wb") as pipe:
                     for out in work():

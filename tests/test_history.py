@@ -321,3 +321,24 @@ def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_pat
         assert watched == {"claude_code": 1, "codex": 1}
     finally:
         daemon.stop()
+
+
+def test_killed_at_once_after_ready_an_append_to_history_pages_once(tmp_path):
+    """The first checkpoint and the history index are written before
+    ``/-/ready``: a first run killed the moment it is ready still tells the
+    next start where each history file ended."""
+    receiver = Receiver()
+    old = _old_rollout(tmp_path)
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    exp.stop("kill")
+    try:
+        assert (tmp_path / "state" / "checkpoint.json").exists()
+        assert (tmp_path / "state" / "history-index.bin").exists()
+        append_lines(old, _codex_turn("resumed-turn", time.time()), 0)
+        exp.start()
+        wait_for(lambda: len(receiver.messages) == 1, what="the page")
+        time.sleep(1.0)
+        assert len(receiver.messages) == 1
+    finally:
+        exp.stop()
+        receiver.close()
