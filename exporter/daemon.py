@@ -34,9 +34,12 @@ CHECKPOINT_FILE = "checkpoint.json"
 #: The files left as history (``HistoryIndex.save``), written with the checkpoint.
 HISTORY_FILE = "history-index.bin"
 CHECKPOINT_EVERY_SECONDS = 5.0
-#: Applied hook deliveries the checkpoint keeps at most (the newest; only
-#: those younger than ``metrics.session_ttl_seconds``).
-HOOKS_KEPT = 1000
+#: Applied hook deliveries the checkpoint keeps per session (the newest:
+#: a later event decides the state; two waits in a row merge) and sessions
+#: it keeps them for (the most recently hooked; only deliveries younger than
+#: ``metrics.session_ttl_seconds``).
+HOOKS_KEPT_PER_SESSION = 3
+HOOK_SESSIONS_KEPT = 1000
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
 WALK_COST_FACTOR = 100.0
@@ -85,7 +88,7 @@ class Daemon:
         #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
         #: and applied again at the next start: a wait only a hook reported
         #: outlives a restart.
-        self._hook_log: collections.deque[dict] = collections.deque(maxlen=HOOKS_KEPT)
+        self._hook_log: dict[tuple, collections.deque[dict]] = {}
         self._hooks_version = 0
         self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
@@ -155,7 +158,7 @@ class Daemon:
         if (offsets, open_, history, self._hooks_version) == self._saved and not force:
             return
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
-        hooks = [r for r in self._hook_log if not ttl or now - r["ts"] < ttl]
+        hooks = [r for kept in self._hook_log.values() for r in kept if not ttl or now - r["ts"] < ttl]
         try:
             if history != self._saved[2] or force:
                 self.history.save(self.history_path)  # first: the checkpoint says it is there
@@ -255,8 +258,9 @@ class Daemon:
             ours = self._ours(d.transcript_path)
             if ours:
                 self._read(d.transcript_path, live=True)
-            if self.store.apply_hook(d, may_create=ours) is not None:
-                self._keep_hook(d)
+            s = self.store.apply_hook(d, may_create=ours)
+            if s is not None:
+                self._keep_hook(s, d)
                 wait = wait or d.event.kind == WAIT
         if wait:
             self._save_checkpoint()  # a wait only a hook knows of outlives a restart at once
@@ -266,8 +270,14 @@ class Daemon:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""
         return bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
 
-    def _keep_hook(self, d) -> None:
-        self._hook_log.append(to_record(d))
+    def _keep_hook(self, s, d) -> None:
+        """Keep an applied delivery ``d`` of session ``s`` for the checkpoint."""
+        key = (s.provider, s.session_id)
+        kept = self._hook_log.pop(key, None) or collections.deque(maxlen=HOOKS_KEPT_PER_SESSION)
+        kept.append(to_record(d))
+        self._hook_log[key] = kept  # last in the order: the most recently hooked
+        if len(self._hook_log) > HOOK_SESSIONS_KEPT:
+            del self._hook_log[next(iter(self._hook_log))]
         self._hooks_version += 1
 
     def _reapply_hooks(self, saved) -> None:
@@ -280,8 +290,9 @@ class Daemon:
             d = from_record(rec)
             if d is None or (ttl and now - d.event.ts >= ttl):
                 continue
-            if self.store.apply_hook(d, may_create=self._ours(d.transcript_path), live=False) is not None:
-                self._keep_hook(d)
+            s = self.store.apply_hook(d, may_create=self._ours(d.transcript_path), live=False)
+            if s is not None:
+                self._keep_hook(s, d)
 
     def _backfill(self) -> None:
         """Read everything there is. Bytes a previous run had read (its

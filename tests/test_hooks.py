@@ -390,3 +390,32 @@ def test_saved_hook_deliveries_round_trip_and_garbage_is_refused():
     for bad in (None, [], "x", {}, {**rec, "kind": 99}, {**rec, "ts": "soon"}, {**rec, "provider": "vim"},
                 {**rec, "tool": ["Bash"]}, {**rec, "final": 1}, {k: v for k, v in rec.items() if k != "ident"}):
         assert from_record(bad) is None, bad
+
+
+def test_the_checkpoint_keeps_the_newest_hooks_of_the_sessions_hooked_last(tmp_path, monkeypatch):
+    """A session waiting for an hour keeps its wait however many hooks a
+    busy session sends meanwhile: the checkpoint keeps the newest few of
+    each session, for the sessions hooked most recently."""
+    from types import SimpleNamespace
+
+    from coding_agent_exporter import daemon as daemon_mod
+    from coding_agent_exporter.config import Config
+    from coding_agent_exporter.hooks import parse
+
+    monkeypatch.setattr(daemon_mod, "HOOK_SESSIONS_KEPT", 2)
+    d = daemon_mod.Daemon(Config(state_dir=str(tmp_path)))
+    now = time.time()
+
+    def hook(sid, event, t):
+        body = json.dumps({"session_id": sid, "hook_event_name": event, "tool_name": "Bash"}).encode()
+        return SimpleNamespace(provider="claude_code", session_id=sid), parse("claude_code", body, t)
+
+    d._keep_hook(*hook("waits", "PermissionRequest", now - 3600))
+    for i in range(500):
+        d._keep_hook(*hook("busy", "PostToolUse", now - 3000 + i))
+    d._save_checkpoint(force=True)
+    saved = json.loads((tmp_path / "checkpoint.json").read_bytes())["hooks"]
+    assert [(r["session_id"], r["name"]) for r in saved] == [("waits", "PermissionRequest")] + [("busy", "PostToolUse")] * 3
+    assert [r["ts"] for r in saved[1:]] == [now - 3000 + i for i in (497, 498, 499)]
+    d._keep_hook(*hook("third", "Stop", now))
+    assert [k[1] for k in d._hook_log] == ["busy", "third"]  # the session hooked longest ago left
