@@ -192,6 +192,7 @@ class Pending:
     attempt: int = 0
     remaining: list = field(default_factory=list)  # target indexes still to deliver to
     status: object = None  # the Status that made it (evidence for the log)
+    superseded: float | None = None  # record time of the first state after it (None: not yet)
 
 
 class Alerter:
@@ -280,6 +281,8 @@ class Alerter:
         for t in transitions:
             st, s = t.new, t.session
             kind = st.state
+            if self.pending:
+                self._supersede(s, st)
             if kind not in KINDS:
                 continue
             unit = unit_of(st)
@@ -406,14 +409,23 @@ class Alerter:
                 self.pending[r.key] = r
                 self._work.put(r)
 
+    def _supersede(self, s: Session, st) -> None:
+        """Note on ``s``'s pending pages the record time of the first state
+        that followed them (the next turn's start, when several states
+        passed in one read)."""
+        for p in self.pending.values():
+            if p.session is s and p.superseded is None and (st.state != p.state or unit_of(st) != p.turn):
+                p.superseded = st.since
+
     def _stood(self, p: Pending, cur) -> bool:
         """A completion or error superseded before it settled on our clock
         still stood for the settle time in record time when what superseded
         it was written at least ``settle_seconds`` later (a backlog read at
         once, or a transcript appended faster than it was written)."""
-        if p.kind == "stalled" or p.since is None or cur.since is None or unit_of(cur) == p.turn:
+        after = p.superseded if p.superseded is not None else cur.since
+        if p.kind == "stalled" or p.since is None or after is None or unit_of(cur) == p.turn:
             return False
-        return cur.since - p.since >= self.a.settle_seconds
+        return after - p.since >= self.a.settle_seconds
 
     # -- delivery thread ---------------------------------------------------
     def start(self) -> None:

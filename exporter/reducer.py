@@ -32,7 +32,10 @@ Rules, in order (see README "States and evidence"):
    a wait does.
 8. A working session with nothing written for ``stall_after`` seconds is
    ``stalled``.
-9. Quiet time is measured at ``now`` on the last write time the caller
+9. A turn end that news passes over before the state is looked at (a
+   later turn in the same read) is kept in ``passed``, with the state that
+   superseded it, so that each turn end is counted and judged for a page.
+10. Quiet time is measured at ``now`` on the last write time the caller
    passes; the store passes the last record time at or before ``now`` when
    the files were modified after ``now`` (``scan --at`` in the past).
 """
@@ -104,7 +107,7 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "_ended")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -118,6 +121,12 @@ class SessionReducer:
         self.last_event_ts: float | None = None
         self.last_text: str | None = None
         self._wait: tuple[str | None, str | None, str | None] | None = None  # (key, reason, tool)
+        #: Turn ends that news passed through before the caller looked: an
+        #: explicit completion or error a later turn superseded within one
+        #: read (turns written while the exporter was down, a file copied in
+        #: at once). The caller takes them (``SessionStore.evaluate``).
+        self.passed: list[Status] = []
+        self._ended = False  # the event being applied supersedes a turn end in ``passed``
 
     @property
     def decided_at(self) -> float | None:
@@ -169,8 +178,19 @@ class SessionReducer:
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
         self._last, self._last_key, self._last_live = ev, key, live
+        if self._ended:  # and the state this event began, from its record time (what superseded the end)
+            self._ended = False
+            st = self.status(key[0], key[0])
+            if st.state != "working":  # a wait met in passing is over by now: no page of its own
+                st = Status("working", turn=st.turn, since=key[0], live=live)
+            self.passed.append(st)
 
     def _new_turn(self, ev: Event, ident_key) -> None:
+        last = self._last
+        if last is not None and self._last_live and (last.kind == COMPLETE or last.kind == ERROR
+                                                     and last.retry_in is None):
+            self.passed.append(self.status(last.ts or 0.0, 0.0))  # (the time rules do not apply to these)
+            self._ended = True
         if ev.turn_id:
             self.turn, self._turn_auto = ev.turn_id, False
         else:

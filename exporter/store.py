@@ -464,8 +464,13 @@ class SessionStore:
                 s = self.sessions.get(key)
                 if s is None:
                     continue
-                new = s.reducer.status(now, self._known_write(s, now))
                 old = s.status
+                passed, s.reducer.passed = s.reducer.passed, []
+                for p in passed:  # turn ends a later turn superseded within one read: each in turn
+                    if p != old:
+                        out.append(Transition(s, old, p))
+                        s.status = old = p
+                new = s.reducer.status(now, self._known_write(s, now))
                 if new == old:
                     continue
                 s.status = new

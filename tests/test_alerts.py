@@ -125,8 +125,9 @@ def _claude(sid: str, recs: list[tuple]) -> bytes:
 def test_superseded_within_settle_sends_nothing(tmp_path):
     """A queued prompt that starts the next turn 0.3 s (record time) after the
     first ends: the first turn never settled, only the second pages. The same
-    file with the next prompt a minute later (read at once, as a fast
-    replay) pages both: the first completion stood for a minute."""
+    file with the next prompt a minute later (appended fast, as a replay, or
+    written in one piece, read at once) pages both: the first completion
+    stood for a minute."""
     receiver = Receiver()
     exp = Exporter(tmp_path, receiver=receiver, config={"alerts": {"settle_seconds": 1.5}}).start()
     try:
@@ -145,6 +146,15 @@ def test_superseded_within_settle_sends_nothing(tmp_path):
         wait_for(lambda: len(receiver.messages) == 3, timeout=10, what="both turns of the slow session")
         time.sleep(2.0)
         assert len(receiver.messages) == 3
+        # the same turns written at once (one read): each turn end still pages
+        sid3 = "c0de0000-0000-4000-8000-00000000a003"
+        path = claude_path(tmp_path, sid3)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_claude(sid3, [(k, t, "9b1c0003" + u[8:]) for k, t, u in slow]))
+        wait_for(lambda: len(receiver.messages) == 5, timeout=10, what="both turns written at once")
+        time.sleep(2.0)
+        assert len(receiver.messages) == 5
+        assert exp.value("coding_agent_completions_total") == 4 + 2
     finally:
         exp.stop()
         receiver.close()
@@ -280,6 +290,32 @@ def test_resumed_session_replaying_history_does_not_page(tmp_path):
                 b'"timestamp":"2026-05-01T11:00:01Z"}\n') % (new_sid.encode(), new_sid.encode())
         append_lines(claude_path(tmp_path, new_sid), more, 0)
         wait_for(lambda: len(receiver.messages) == 1, what="alert for the new turn")
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_two_turns_ended_while_the_exporter_was_down_page_twice(tmp_path):
+    """Two turns that ended while the exporter was down are read in one
+    piece at the next start: each turn end is news and pages once."""
+    receiver = Receiver()
+    exp = Exporter(tmp_path, receiver=receiver, config={"alerts": {"settle_seconds": 1.5}}).start()
+    sid = "c0de0000-0000-4000-8000-00000000a004"
+    path = claude_path(tmp_path, sid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    uid = "9b1c0004-0000-4000-8000-0000000000{:02d}".format
+    try:
+        path.write_bytes(_claude(sid, [("prompt", 0, uid(1)), ("done", 5, uid(2))]))
+        wait_for(lambda: len(receiver.messages) == 1, what="the first turn's page")
+        assert exp.stop() == 0
+        with open(path, "ab") as f:
+            f.write(_claude(sid, [("prompt", 20, uid(3)), ("done", 25, uid(4)), ("prompt", 40, uid(5)),
+                                  ("done", 45, uid(6))]))
+        exp.start()
+        wait_for(lambda: len(receiver.messages) == 3, what="a page for each turn ended while down")
+        time.sleep(2.0)
+        assert len(receiver.messages) == 3
+        assert exp.value("coding_agent_completions_total") == 2
     finally:
         exp.stop()
         receiver.close()
