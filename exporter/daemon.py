@@ -253,46 +253,69 @@ class Daemon:
         and dropped, so it can neither page nor linger. True when there were
         any."""
         items = self.hooks.take()
-        wait = False
+        waits = False
         for d in items:
             ours = self._ours(d.transcript_path)
             if ours:
                 self._read(d.transcript_path, live=True)
             s = self.store.apply_hook(d, may_create=ours)
             if s is not None:
-                self._keep_hook(s, d)
-                wait = wait or d.event.kind == WAIT
-        if wait:
-            self._save_checkpoint()  # a wait only a hook knows of outlives a restart at once
+                waits = self._keep_hook(s, d) or waits
+        if waits:
+            # A wait only a hook knows of, or the end of one, outlives a
+            # restart at once (after the alerter has seen it: its page).
+            self._evaluate()
+            self._save_checkpoint()
         return bool(items)
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""
         return bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
 
-    def _keep_hook(self, s, d) -> None:
-        """Keep an applied delivery ``d`` of session ``s`` for the checkpoint."""
+    def _keep_hook(self, s, d) -> bool:
+        """Keep an applied delivery ``d`` of session ``s`` for the checkpoint.
+        True when it is a wait or follows one (worth saving at once)."""
         key = (s.provider, s.session_id)
         kept = self._hook_log.pop(key, None) or collections.deque(maxlen=HOOKS_KEPT_PER_SESSION)
+        urgent = d.event.kind == WAIT or bool(kept) and kept[-1]["kind"] == WAIT
         kept.append(to_record(d))
         self._hook_log[key] = kept  # last in the order: the most recently hooked
         if len(self._hook_log) > HOOK_SESSIONS_KEPT:
             del self._hook_log[next(iter(self._hook_log))]
         self._hooks_version += 1
+        return urgent
 
     def _reapply_hooks(self, saved) -> None:
-        """Apply again, as backfill, the hook deliveries the previous run
-        saved (younger than ``metrics.session_ttl_seconds``). Each is
+        """Apply again the hook deliveries the previous run saved (younger
+        than ``metrics.session_ttl_seconds``), after the transcripts. Each is
         ordered by when it arrived: a record written after it (the user
-        answered the prompt while the exporter was down) decides the state."""
+        answered the prompt while the exporter was down) decides the state.
+        They were news when they came, so they are news again: the page
+        ledger says what was already sent. A session is made from one only
+        while its transcript exists (a deleted session stays gone)."""
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
+        dropped = 0
         for rec in saved if isinstance(saved, list) else ():
-            d = from_record(rec)
-            if d is None or (ttl and now - d.event.ts >= ttl):
+            d = from_record(rec, now)
+            if d is None:
+                dropped += 1
                 continue
-            s = self.store.apply_hook(d, may_create=self._ours(d.transcript_path), live=False)
+            if ttl and now - d.event.ts >= ttl:
+                continue
+            path = d.transcript_path
+            exists = self._ours(path) and os.path.isfile(path)
+            if path and not exists and (d.provider, d.session_id) not in self.store.sessions:
+                continue
+            try:
+                s = self.store.apply_hook(d, may_create=exists)
+            except Exception:  # pragma: no cover - one bad entry never stops the start
+                log.debug("saved hook event not applied", exc_info=True)
+                dropped += 1
+                continue
             if s is not None:
                 self._keep_hook(s, d)
+        if dropped:
+            log.warning("%d saved hook event(s) in the checkpoint were unusable and are dropped", dropped)
 
     def _backfill(self) -> None:
         """Read everything there is. Bytes a previous run had read (its

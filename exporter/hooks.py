@@ -123,7 +123,7 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
 
 
 #: ``Event`` fields a saved delivery keeps (what ``project_hook`` sets).
-_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final")
+_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id")
 
 
 def to_record(d: HookDelivery) -> dict:
@@ -137,23 +137,40 @@ def to_record(d: HookDelivery) -> dict:
     return rec
 
 
-def from_record(rec) -> HookDelivery | None:
-    """A delivery from :func:`to_record`'s dict; None for anything else (a
+def from_record(rec, now: float) -> HookDelivery | None:
+    """A delivery from :func:`to_record`'s dict, checked as a received body
+    is (the same limits on ids, paths and names; a time within the last
+    year and not after ``now``, Unix seconds); None for anything else (a
     damaged or foreign checkpoint entry)."""
-    from .events import Kind
+    from .events import WAIT_REASONS, Kind
 
+    if not isinstance(rec, dict) or rec.get("provider") not in PROVIDERS:
+        return None
     try:
-        ev = Event(Kind(rec["kind"]), **{k: rec[k] for k in _SAVED_FIELDS})
-        d = HookDelivery(rec["provider"], rec["name"], rec["session_id"], rec["transcript_path"], rec["cwd"], ev,
-                         rec["ident"])
-    except (TypeError, ValueError, KeyError):
+        kind = Kind(rec["kind"])
+    except (KeyError, ValueError, TypeError):
         return None
-    texts = (d.provider, d.name, d.ident, ev.detail, ev.reason, ev.tool, ev.error_kind)
-    if d.provider not in PROVIDERS or not isinstance(ev.ts, (int, float)) or type(ev.final) is not bool \
-            or not all(isinstance(v, str) for v in (d.session_id or "", d.transcript_path or "", d.cwd or "")) \
-            or not all(v is None or isinstance(v, str) for v in texts):
+    ts, final = rec.get("ts"), rec.get("final")
+    if type(ts) not in (int, float) or not now - 86400 * 366 < ts <= now + 5 or type(final) is not bool:
         return None
-    return d
+    sid = _str(rec, "session_id", _MAX_ID_CHARS)
+    sid = sid if sid is not None and sid.isprintable() else None
+    path = _str(rec, "transcript_path")
+    if (sid is None and path is None) or (rec.get("session_id") is not None and sid is None) \
+            or (rec.get("transcript_path") is not None and path is None):
+        return None
+    fields = {}
+    for key, limit in (("name", 64), ("ident", 64), ("detail", 64), ("reason", 64), ("tool", 64),
+                       ("error_kind", 64), ("turn_id", _MAX_ID_CHARS)):
+        v = _str(rec, key, limit)
+        if rec.get(key) is not None and (v is None or not v.isprintable()):
+            return None
+        fields[key] = v
+    if fields["ident"] is None or (fields["reason"] is not None and fields["reason"] not in WAIT_REASONS):
+        return None
+    ev = Event(kind, ts=float(ts), detail=fields["detail"], reason=fields["reason"], tool=fields["tool"],
+               error_kind=fields["error_kind"], final=final, turn_id=fields["turn_id"])
+    return HookDelivery(rec["provider"], fields["name"] or "", sid, path, _str(rec, "cwd"), ev, fields["ident"])
 
 
 class HookInbox:

@@ -408,9 +408,8 @@ class SessionStore:
         return s
 
     # -- hooks -------------------------------------------------------------
-    def apply_hook(self, d, may_create: bool = True, live: bool = True) -> Session | None:
-        """Apply one :class:`~.hooks.HookDelivery` (news unless ``live`` is
-        False: one the previous run saved, applied again at start-up). It joins
+    def apply_hook(self, d, may_create: bool = True) -> Session | None:
+        """Apply one :class:`~.hooks.HookDelivery` (always news). It joins
         its session by ``transcript_path`` (the file's session, a subagent
         rollout's parent included), else by ``session_id``; a session no
         transcript told of yet is made from the hook only when
@@ -442,7 +441,7 @@ class SessionStore:
             s.seq += 1
             s.counters.events += 1
             s.last_write = max(s.last_write, ev.ts)
-            s.reducer.apply(ev, s.seq, live, f"{s.session_id}:{d.ident}")
+            s.reducer.apply(ev, s.seq, True, f"{s.session_id}:{d.ident}")
             self._dirty.add((s.provider, s.session_id))
         return s
 

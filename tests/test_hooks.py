@@ -355,10 +355,29 @@ def test_a_wait_only_a_hook_reported_outlives_restarts(tmp_path):
         assert exp.state(SID) == "waiting"
         assert exp.value("coding_agent_sessions", provider="claude_code", state="waiting") == 1
         assert exp.stop() == 0
+        # damaged entries beside the good one: dropped with a warning, the start goes on
+        cp_path = tmp_path / "state" / "checkpoint.json"
+        cp = json.loads(cp_path.read_bytes())
+        good = cp["hooks"][0]
+        cp["hooks"] = [{**good, "session_id": [], "transcript_path": None}, {**good, "session_id": 0},
+                       {**good, "ts": 1e300}, "x", good]
+        cp_path.write_text(json.dumps(cp))
         exp.start()
         assert exp.state(SID) == "waiting"
+        assert "4 saved hook event(s) in the checkpoint were unusable" in exp.log()
         time.sleep(1.0)
         assert len(receiver.messages) == 1
+        # the wait ends by a hook, then kill -9 at once: it stays ended
+        post(exp, "claude_code", claude_hook("PostToolUse", path, tool_name="Bash", tool_input={"command": "make"},
+                                             tool_response={"stdout": "ok"}, tool_use_id="toolu_2"))
+        exp.wait_state(SID, "working")
+        exp.stop("kill")
+        exp.start()
+        assert exp.state(SID) == "working"
+        post(exp, "claude_code", claude_hook("PermissionRequest", path, tool_name="Bash",
+                                             tool_input={"command": "make install"}, permission_suggestions=[]))
+        exp.wait_state(SID, "waiting")
+        wait_for(lambda: len(receiver.messages) == 2, what="the second wait's page")
         exp.stop()
         # answered while the exporter was down
         with open(path, "ab") as f:
@@ -367,10 +386,16 @@ def test_a_wait_only_a_hook_reported_outlives_restarts(tmp_path):
                     + claude_line("turn_duration", 5, t + 0.2))
         exp.start()
         exp.wait_state(SID, "completed")
-        wait_for(lambda: len(receiver.messages) == 2, what="the completion page")
-        assert receiver.messages[1]["title"] == "Claude Code · shop: your turn"
+        wait_for(lambda: len(receiver.messages) == 3, what="the completion page")
+        assert receiver.messages[2]["title"] == "Claude Code · shop: your turn"
         time.sleep(1.0)
-        assert len(receiver.messages) == 2
+        assert len(receiver.messages) == 3
+        # a deleted session does not come back from its saved hooks
+        assert exp.stop() == 0
+        path.unlink()
+        exp.start()
+        time.sleep(0.5)
+        assert exp.state(SID) is None
     finally:
         exp.stop()
         receiver.close()
@@ -385,11 +410,15 @@ def test_saved_hook_deliveries_round_trip_and_garbage_is_refused():
                                   tool_input={"command": "secret-token"})).encode()
     d = parse("claude_code", body, 1_780_000_000.25)
     rec = json.loads(json.dumps(to_record(d)))
-    assert from_record(rec) == d
+    now = 1_780_000_100.0
+    assert from_record(rec, now) == d
     assert "secret-token" not in json.dumps(rec)
-    for bad in (None, [], "x", {}, {**rec, "kind": 99}, {**rec, "ts": "soon"}, {**rec, "provider": "vim"},
-                {**rec, "tool": ["Bash"]}, {**rec, "final": 1}, {k: v for k, v in rec.items() if k != "ident"}):
-        assert from_record(bad) is None, bad
+    for bad in (None, [], "x", {}, {**rec, "kind": 99}, {**rec, "ts": "soon"}, {**rec, "ts": True},
+                {**rec, "ts": 1e300}, {**rec, "provider": "vim"}, {**rec, "tool": ["Bash"]}, {**rec, "tool": "x" * 5000},
+                {**rec, "final": 1}, {**rec, "session_id": []}, {**rec, "session_id": 0},
+                {**rec, "session_id": None, "transcript_path": None}, {**rec, "reason": "because"},
+                {k: v for k, v in rec.items() if k != "ident"}):
+        assert from_record(bad, now) is None, bad
 
 
 def test_the_checkpoint_keeps_the_newest_hooks_of_the_sessions_hooked_last(tmp_path, monkeypatch):
