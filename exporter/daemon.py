@@ -295,6 +295,8 @@ class Daemon:
         while its transcript exists (a deleted session stays gone)."""
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
         dropped = 0
+        if saved is not None and not isinstance(saved, list):
+            log.warning("the saved hook events in the checkpoint are not a list; dropped")
         for rec in saved if isinstance(saved, list) else ():
             d = from_record(rec, now)
             if d is None:

@@ -161,10 +161,10 @@ def from_record(rec, now: float) -> HookDelivery | None:
         return None
     fields = {}
     for key, limit in (("name", 64), ("ident", 64), ("detail", 64), ("reason", 64), ("tool", 64),
-                       ("error_kind", 64), ("turn_id", _MAX_ID_CHARS)):
+                       ("error_kind", 64), ("turn_id", 4096)):
         v = _str(rec, key, limit)
-        if rec.get(key) is not None and (v is None or not v.isprintable()):
-            return None
+        if rec.get(key) is not None and (v is None or not v.isprintable() and key != "turn_id"):
+            return None  # (a turn id is taken as the agent wrote it, as in its rollout)
         fields[key] = v
     if fields["ident"] is None or (fields["reason"] is not None and fields["reason"] not in WAIT_REASONS):
         return None

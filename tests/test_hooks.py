@@ -412,6 +412,9 @@ def test_saved_hook_deliveries_round_trip_and_garbage_is_refused():
     rec = json.loads(json.dumps(to_record(d)))
     now = 1_780_000_100.0
     assert from_record(rec, now) == d
+    codex = parse("codex", json.dumps({"session_id": CODEX_SID, "hook_event_name": "PermissionRequest",
+                                       "turn_id": "019db1a0-" + "1" * 300, "tool_name": "Bash"}).encode(), now - 5)
+    assert from_record(json.loads(json.dumps(to_record(codex))), now) == codex  # a long turn id, as Codex wrote it
     assert "secret-token" not in json.dumps(rec)
     for bad in (None, [], "x", {}, {**rec, "kind": 99}, {**rec, "ts": "soon"}, {**rec, "ts": True},
                 {**rec, "ts": 1e300}, {**rec, "provider": "vim"}, {**rec, "tool": ["Bash"]}, {**rec, "tool": "x" * 5000},
