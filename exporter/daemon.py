@@ -339,13 +339,9 @@ class Daemon:
         remove_leftovers(self.history_path)  # an index save a crash interrupted
         first = self.early_split.result(last=False) if self.early_split is not None else None
         if first is None:
-            if self.early_split is not None:
-                if self._stop.is_set():
-                    return  # it was stopped with the exporter (Ctrl-C, the service manager)
-                log.warning("the start-up walk's process failed; walking the folders in this process")
-            self.early_split = None
-            self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
-            first = next(self._split)
+            if self.early_split is not None and self._stop.is_set():
+                return  # it was stopped with the exporter (Ctrl-C, the service manager)
+            first = next(self._split_here())
         files, history_count, history_bytes = first
         for prov, n in history_count.items():
             if n:
@@ -404,16 +400,13 @@ class Daemon:
         if counted is None:
             return False
         index = self.early_split.result() if self.early_split is not None else None
-        self.early_split = None
         if index is None:
             if self._stop.is_set():
                 return False  # stopped with the exporter
             if self._split is None:
-                log.warning("the start-up walk's process failed; walking the folders again in this process")
-                self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
-                next(self._split)
+                next(self._split_here())
             index = next(self._split)
-        self._split = None
+        self.early_split = self._split = None
         for path in self.store.files:
             index.take(path)
         for prov, n in index.count.items():
@@ -421,6 +414,15 @@ class Daemon:
                 self.store._watched(prov).inc(n - counted.get(prov, 0))
         self.history = index
         return True
+
+    def _split_here(self):
+        """The start-up walk (:func:`split_start_up`) in this process: where
+        there is no fork, or the forked walk failed (said in the log)."""
+        if self.early_split is not None:
+            log.warning("the start-up walk's process failed; walking the folders in this process")
+        self.early_split = None
+        self._split = split_start_up(self.roots, horizon(self.cfg), time.time())
+        return self._split
 
     def _resumed_history(self, files: list) -> tuple[list, list]:
         """Split ``files`` (to read at start-up) into those to read as usual and

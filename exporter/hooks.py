@@ -36,11 +36,10 @@ from pathlib import Path
 
 from .decode import LineError, decode_line
 from .events import Event
-from .providers import claude_code, codex
+from .providers import PROVIDER_MODULES
 
 log = logging.getLogger(__name__)
 
-PROVIDERS = {claude_code.NAME: claude_code, codex.NAME: codex}
 #: Header the ``hook`` command sets: when the agent ran the hook (Unix
 #: seconds), so a spooled or retried delivery keeps its time and identity.
 TIME_HEADER = "X-Coding-Agent-Hook-Time"
@@ -97,7 +96,7 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
     """Read one hook body (the agent's JSON, bytes) received at
     ``received_at`` (Unix seconds). Raises :class:`HookError` with reason
     ``unknown_agent``, ``invalid_json``, ``not_object`` or ``no_session``."""
-    mod = PROVIDERS.get(provider)
+    mod = PROVIDER_MODULES.get(provider)
     if mod is None:
         raise HookError("unknown_agent")
     try:
@@ -144,7 +143,7 @@ def from_record(rec, now: float) -> HookDelivery | None:
     damaged or foreign checkpoint entry)."""
     from .events import WAIT_REASONS, Kind
 
-    if not isinstance(rec, dict) or rec.get("provider") not in PROVIDERS:
+    if not isinstance(rec, dict) or rec.get("provider") not in PROVIDER_MODULES:
         return None
     try:
         kind = Kind(rec["kind"])

@@ -107,7 +107,7 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "_ended")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -126,7 +126,6 @@ class SessionReducer:
         #: read (turns written while the exporter was down, a file copied in
         #: at once). The caller takes them (``SessionStore.evaluate``).
         self.passed: list[Status] = []
-        self._ended = False  # the event being applied supersedes a turn end in ``passed``
 
     @property
     def decided_at(self) -> float | None:
@@ -164,11 +163,11 @@ class SessionReducer:
         terminal = prev is None or (prev in (COMPLETE, ERROR, INTERRUPT) and self._last.retry_in is None)
         if kind == START:
             if prev != START:
-                self._new_turn(ev, ident_key)
+                self._new_turn(ev, ident_key, live)
             elif ev.turn_id and self._turn_auto:
                 self.turn, self._turn_auto = ev.turn_id, False
         elif kind in (WORK, OUTPUT, WAIT) and terminal:
-            self._new_turn(ev, ident_key)
+            self._new_turn(ev, ident_key, live)
         elif self.turn is None:
             self._new_turn(ev, ident_key)
         if kind == ERROR:
@@ -178,24 +177,21 @@ class SessionReducer:
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
         self._last, self._last_key, self._last_live = ev, key, live
-        if self._ended:  # and the state this event began, from its record time (what superseded the end)
-            self._ended = False
-            st = self.status(key[0], key[0])
-            if st.state != "working":  # a wait met in passing is over by now: no page of its own
-                st = Status("working", turn=st.turn, since=key[0], live=live)
-            self.passed.append(st)
 
-    def _new_turn(self, ev: Event, ident_key) -> None:
+    def _new_turn(self, ev: Event, ident_key, live: bool = False) -> None:
         last = self._last
-        if last is not None and self._last_live and (last.kind == COMPLETE or last.kind == ERROR
-                                                     and last.retry_in is None):
+        ended = last is not None and self._last_live and (last.kind == COMPLETE or last.kind == ERROR
+                                                          and last.retry_in is None)
+        if ended:
             self.passed.append(self.status(last.ts or 0.0, 0.0))  # (the time rules do not apply to these)
-            self._ended = True
         if ev.turn_id:
             self.turn, self._turn_auto = ev.turn_id, False
         else:
             self.turn, self._turn_auto = _key(ident_key), True
         self._turn_start = ev.ts
+        if ended:  # and what superseded it, from its record time (a wait met in passing pages nothing)
+            self.passed.append(Status("working", turn=self.turn, since=ev.ts if ev.ts is not None else last.ts,
+                                      live=live))
         self._turn_error = None
 
     def status(self, now: float, last_write: float) -> Status:

@@ -212,7 +212,8 @@ def hooks_app(inbox, max_body_bytes: int):
     event, 404 for an unknown agent, 405 for another method, 413 past
     ``max_body_bytes`` (not read), 429 when the inbox is full. Every refusal
     is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
-    from .hooks import PROVIDERS, TIME_HEADER
+    from .hooks import TIME_HEADER
+    from .providers import PROVIDER_MODULES
 
     time_key = "HTTP_" + TIME_HEADER.upper().replace("-", "_")
 
@@ -222,7 +223,7 @@ def hooks_app(inbox, max_body_bytes: int):
 
     def app(environ, start_response):
         provider = environ.get("PATH_INFO", "")[len("/hooks/"):]
-        if provider not in PROVIDERS:
+        if provider not in PROVIDER_MODULES:
             inbox.metrics.hook_errors.labels("unknown_agent").inc()
             return reply(start_response, "404 Not Found", b"unknown agent\n")
         if environ.get("REQUEST_METHOD") != "POST":
