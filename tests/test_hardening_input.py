@@ -8,7 +8,7 @@ line and a ~100 MB file with lines of every size (1 GiB with ``CAE_SLOW=1``).
 Each bad line must be counted once under its reason, the exporter must not
 crash or stop watching, the sessions around the junk must end in the right
 state with the right pages, and the peak RSS must stay under the bound the
-README states (``## Hardening``).
+docs/hardening.md states.
 """
 
 from __future__ import annotations
@@ -477,7 +477,7 @@ def test_real_transcripts_in_random_cuts_equal_scan(tmp_path):
 
 
 # -- size: 100 MB line, a file of lines of every size, peak RSS -----------------
-#: Documented bound (README, Hardening): peak RSS of the exporter reading
+#: Documented bound (docs/hardening.md): peak RSS of the exporter reading
 #: hostile input stays under the idle RSS plus 6 × max_line_bytes (16 MiB by
 #: default: ≤ ~96 MiB on top of ~45 MiB) for lines whose content is mostly
 #: text; see the README for the cost of pathological JSON.
@@ -591,7 +591,7 @@ def test_1gib_of_every_line_size(tmp_path):
     _big_input(tmp_path, 1024 * MIB)
 
 
-#: Documented worst case (README, Hardening): a line of millions of tiny JSON
+#: Documented worst case (docs/hardening.md): a line of millions of tiny JSON
 #: values in a field the decoder reads (``message.content``) is built as
 #: Python objects; transiently up to ~35 × its size.
 RSS_PATHOLOGICAL_FACTOR = 40

@@ -4,7 +4,7 @@ agents write (a record every 0.1–1.5 s per session, tool outputs of 1 KB to
 ``CAE_SLOW=1``), against the running exporter with pages going out through
 Apprise. At the end every session is in the state its last record says, every
 turn end paged exactly once, and the exporter's CPU time, peak RSS and alert
-latency are reported (README, Hardening).
+latency are reported (docs/hardening.md).
 """
 
 from __future__ import annotations
