@@ -172,7 +172,9 @@ class SessionReducer:
             self._new_turn(ev, ident_key)
         if kind == ERROR:
             self._turn_error = ev.error_kind or "api_error"
-        elif kind in (START, WORK, OUTPUT, WAIT):
+        elif kind in (START, WORK, OUTPUT, WAIT) or prev == ERROR and self._last.retry_in is not None:
+            # a retried request that answered (Claude Code 2.1.332 ``-p``: ``system/api_error``
+            # attempts 1 and 2, then ``end_turn`` and ``stop_hook_summary``) did not fail the turn
             self._turn_error = None
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
