@@ -171,7 +171,10 @@ class SessionReducer:
         elif self.turn is None:
             self._new_turn(ev, ident_key)
         if kind == ERROR:
-            self._turn_error = ev.error_kind or "api_error"
+            if not (prev == ERROR and self._turn_error and (ev.error_kind or "api_error") == "api_error"):
+                # (the same failure told again in general terms keeps its kind: Claude Code 2.1.332's
+                # StopFailure hook says ``server_error`` after the envelope of a 529 said overloaded)
+                self._turn_error = ev.error_kind or "api_error"
         elif kind in (START, WORK, OUTPUT, WAIT) or prev == ERROR and self._last.retry_in is not None:
             # a retried request that answered (Claude Code 2.1.332 ``-p``: ``system/api_error``
             # attempts 1 and 2, then ``end_turn`` and ``stop_hook_summary``) did not fail the turn

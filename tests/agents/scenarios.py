@@ -1,0 +1,178 @@
+"""The real-agent scenarios: what is typed, what the exporter must show after each step.
+
+A :class:`Scenario` runs one agent (``claude_code`` or ``codex``) in ``mode``
+``tui`` (interactive, under tmux) or ``print`` (``claude -p`` / ``codex exec``).
+Steps (tuples):
+
+- ``("type", text)``: type ``text`` and Enter;
+- ``("keys", key, ...)``: tmux key names (``Escape``, ``Enter``, ``C-c``, ``y``);
+- ``("wait_pane", regex, timeout_s)``: the screen shows ``regex``;
+- ``("expect", state, pages, timeout_s[, extra])``: within ``timeout_s`` the newest
+  session of the agent is in ``state`` (and ``extra``: ``reason``/``error_kind``)
+  and the pages received so far are exactly ``pages`` (kinds, in order);
+- ``("sleep", s)``, ``("kill",)`` (SIGKILL the agent and its children),
+  ``("exited", timeout_s)``.
+
+``pages`` is the exact list of page kinds at the end. The model stand-in picks its
+answer from a keyword in the prompt (``model.py``). ``slow`` scenarios (backoff
+retries) run only with ``CAE_SLOW=1``; ``needs`` names an exporter feature the
+scenario depends on (``registry``: Claude Code's session registry, issue 23).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CLAUDE_READY = r"(?i)(for shortcuts|\? for|❯)"
+CODEX_READY = r"(?i)(›|context left|for shortcuts)"
+
+
+@dataclass
+class Scenario:
+    name: str
+    agent: str
+    mode: str
+    steps: list = field(default_factory=list)
+    pages: list = field(default_factory=list)
+    prompt: str = ""
+    args: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    model_env: dict = field(default_factory=dict)
+    hooks: bool = True
+    slow: bool = False
+    needs: str | None = None
+    what: str = ""
+
+    @property
+    def ready(self) -> str:
+        return CLAUDE_READY if self.agent == "claude_code" else CODEX_READY
+
+
+def _all() -> list[Scenario]:
+    C, X = "claude_code", "codex"
+    return [
+        # -- Claude Code, interactive ------------------------------------------------
+        Scenario("claude_text_two_turns", C, "tui", what="a text turn, then a second turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)],
+            pages=["completed", "completed"]),
+        Scenario("claude_tool_call", C, "tui", what="a tool call (Bash ls, allowed by auto mode)", steps=[
+            ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_permission_allow", C, "tui", args=["--permission-mode", "default"],
+                 what="a permission prompt answered (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_permission_deny", C, "tui", args=["--permission-mode", "default"],
+                 what="a permission prompt denied with Esc (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("claude_question", C, "tui", what="AskUserQuestion, answered", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_plan", C, "tui", args=["--permission-mode", "plan"], what="a plan to approve", steps=[
+            ("type", "Plan a file. SCN_PLAN"), ("wait_pane", r"(?i)(exit plan mode\?|would you like to proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "plan"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_plan", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_subagent", C, "tui", args=["--permission-mode", "acceptEdits"], what="a subagent (Agent tool) that works a while", steps=[
+            ("type", "Use a helper. SCN_AGENT"), ("sleep", 2),
+            ("expect", "working", [], 5),
+            ("wait_pane", "all done with scn_agent", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_background_agent", C, "tui", args=["--permission-mode", "acceptEdits"], model_env={"FAKE_PAUSE": 6},
+                 what="a background agent that reports back later", steps=[
+            ("type", "Start a helper in the background. SCN_BGAGENT"), ("wait_pane", "all done with scn_bgagent", 40),
+            ("sleep", 1.5), ("expect", "working", [], 3),
+            ("expect", "completed", ["completed"], 40)], pages=["completed"]),
+        Scenario("claude_clear", C, "tui", what="/clear, then a new turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/clear"), ("sleep", 2),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("claude_compact", C, "tui", what="/compact between two turns", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/compact"), ("sleep", 6), ("expect", "completed", ["completed"], 10),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("claude_429_recovers", C, "tui", model_env={"FAKE_FAIL_N": 2},
+                 what="a 429 that recovers (two retries)", steps=[
+            ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 60),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_529_persistent", C, "tui", env={"CLAUDE_CODE_MAX_RETRIES": "2"},
+                 what="a 529 that does not recover", steps=[
+            ("type", "Answer while overloaded. SCN_ERR529"),
+            ("expect", "error", ["error"], 45, {"error_kind": "overloaded"})], pages=["error"]),
+        Scenario("claude_esc_streaming", C, "tui", what="Esc while streaming, then a new turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10),
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_exit_mid_turn", C, "tui", what="the agent quit (Ctrl-C twice) mid-turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
+            ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c", "C-c"), ("exited", 15),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("claude_killed", C, "tui", what="the agent process killed mid-turn: never a false done",
+                 steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
+            ("sleep", 5), ("expect", "working", [], 3)], pages=[]),
+        Scenario("claude_print_429_recovers", C, "print", prompt="Answer after a rate limit. SCN_ERR429",
+                 model_env={"FAKE_FAIL_N": 2}, what="-p: a 429 that recovers", steps=[
+            ("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_print_529", C, "print", prompt="Answer while overloaded. SCN_ERR529",
+                 env={"CLAUDE_CODE_MAX_RETRIES": "2"}, what="-p: a 529 that does not recover", steps=[
+            ("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "overloaded"})], pages=["error"]),
+        Scenario("claude_429_backoff", C, "tui", model_env={"FAKE_FAIL_N": 5, "FAKE_RETRY_AFTER": ""}, slow=True,
+                 what="a 429 that recovers after five backoff retries", steps=[
+            ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 120),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_permission_no_hooks", C, "tui", args=["--permission-mode", "default"], hooks=False,
+                 needs="registry", what="a permission prompt with no hooks (the registry's waiting)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        # -- Codex ----------------------------------------------------------------------
+        Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("codex_tool_call", X, "print", prompt="List the files here. SCN_BASH", what="exec: a tool call",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("codex_approval_allow", X, "tui", what="an approval answered (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "y"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("codex_approval_deny", X, "tui", what="an approval denied with Esc (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("codex_429_recovers", X, "print", prompt="Answer after a rate limit. SCN_ERR429",
+                 model_env={"FAKE_FAIL_N": 1}, what="exec: a 429 that recovers",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("codex_500", X, "print", prompt="Answer while the server fails. SCN_ERR529",
+                 what="exec: a 500 that does not recover",
+                 steps=[("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "server_error"})],
+                 pages=["error"]),
+        Scenario("codex_esc_streaming", X, "tui", what="Esc while streaming, then a new turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10),
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+    ]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all()}
