@@ -143,9 +143,13 @@ class SessionReducer:
         if kind in _QUIET or ev.sidechain:
             return
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
-        if key < self._last_key:
-            return  # older than what already decided the state
         prev = self._last.kind if self._last is not None else None
+        if key < self._last_key:
+            if kind == ERROR and prev == ERROR and self._turn_error == "api_error" and ev.error_kind:
+                # the transcript's error envelope, read after the hook that told the same failure in
+                # general terms (Claude Code 2.1.332: StopFailure ``server_error`` for a 529), names its kind
+                self._turn_error = ev.error_kind
+            return  # older than what already decided the state
         if kind == END:
             if prev not in (START, WORK, OUTPUT, WAIT):
                 return  # the turn had already ended: nothing to change

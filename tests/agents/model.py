@@ -21,6 +21,8 @@ The scenario is picked from a keyword in the newest user text of the request:
   SCN_AGENT   Claude: Agent/Task tool call whose subagent prompt says SCN_PAUSE
   SCN_BGAGENT as SCN_AGENT with run_in_background: true
   SCN_PAUSE   plain text after a pause of FAKE_PAUSE seconds (3)
+  SCN_SLEEP   a tool call that takes 30 s (Claude: Bash python3 time.sleep; Codex: shell
+              `sleep 30`, held for 30 s), for Esc during a tool
 A request whose last input is a tool result gets the closing text.
 Requests without tools (titles, summaries, side calls) get a short text.
 
@@ -73,7 +75,7 @@ def _text_of(content):
 
 PAUSE = float(os.environ.get("FAKE_PAUSE", "3"))
 SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529",
-             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE")
+             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE", "SCN_SLEEP")
 
 
 def find_scenario(texts):
@@ -112,6 +114,10 @@ def anthropic_plan(body):
         return ("text", "Paused work done: plain answer.")
     if scn == "SCN_BASH":
         return ("tool", "Bash", {"command": "ls", "description": "List files in the current directory"})
+    if scn == "SCN_SLEEP":
+        # (2.1.332 blocks a standalone `sleep 30`)
+        return ("tool", "Bash", {"command": "python3 -c 'import time; time.sleep(30)'",
+                                 "description": "Wait thirty seconds"})
     if scn == "SCN_ASK" and "AskUserQuestion" in names:
         return ("tool", "AskUserQuestion", {"questions": [{
             "question": "Which colour should the file be?", "header": "Colour", "multiSelect": False,
@@ -257,11 +263,13 @@ def responses_plan(body):
             "id": "colour", "header": "Colour", "question": "Which colour should the file be?",
             "options": [{"label": "Red (Recommended)", "description": "A red file"},
                         {"label": "Blue", "description": "A blue file"}]}]})
-    if scn in ("SCN_BASH", "SCN_WRITE"):
-        cmd = "ls" if scn == "SCN_BASH" else "touch made_by_agent.txt"
+    if scn in ("SCN_BASH", "SCN_WRITE", "SCN_SLEEP"):
+        cmd = {"SCN_BASH": "ls", "SCN_WRITE": "touch made_by_agent.txt", "SCN_SLEEP": "sleep 30"}[scn]
         esc = scn == "SCN_WRITE"
         if "exec_command" in tool_names:
             args = {"cmd": cmd}
+            if scn == "SCN_SLEEP":
+                args["yield_time_ms"] = 30000
             if esc:
                 args.update({"sandbox_permissions": "require_escalated",
                              "justification": "Create a file in the workspace?"})

@@ -117,6 +117,11 @@ def _all() -> list[Scenario]:
             ("expect", "interrupted", [], 10),
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
             ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_esc_tool_call", C, "tui", args=["--allowedTools", "Bash(python3:*)"],
+                 what="Esc during a tool call (Bash sleep)", steps=[
+            ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"time\.sleep", 40), ("sleep", 2),
+            ("expect", "working", [], 3), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10)], pages=[]),
         Scenario("claude_exit_mid_turn", C, "tui", what="the agent quit (Ctrl-C twice) mid-turn", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
             ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c", "C-c"), ("exited", 15),
@@ -167,6 +172,23 @@ def _all() -> list[Scenario]:
                  what="exec: a 500 that does not recover",
                  steps=[("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "server_error"})],
                  pages=["error"]),
+        Scenario("codex_question", X, "tui", what="request_user_input (Plan mode), answered", steps=[
+            ("keys", "BTab"), ("wait_pane", r"(?i)plan mode", 10),
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("codex_esc_tool_call", X, "tui", what="Esc during a tool call (sleep)", steps=[
+            ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"(?i)esc to interrupt", 40), ("sleep", 3),
+            ("expect", "working", [], 3), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("codex_exit_mid_turn", X, "tui", what="the agent quit (Ctrl-C) mid-turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
+            ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c"), ("sleep", 0.5), ("keys", "C-c"), ("exited", 15),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("codex_killed", X, "tui", what="the agent process killed mid-turn: never a false done", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
+            ("sleep", 5), ("expect", "working", [], 3)], pages=[]),
         Scenario("codex_esc_streaming", X, "tui", what="Esc while streaming, then a new turn", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
             ("expect", "interrupted", [], 10),
