@@ -149,7 +149,9 @@ def runs(request):
     r = Runs(names, base)
     yield r
     r.pool.shutdown(wait=True)
-    _write_results({n: f.result() for n, f in r.futures.items() if f.done() and not f.cancelled()})
+    results = {n: f.result() for n, f in r.futures.items() if f.done() and not f.cancelled()}
+    results.update({n: {"skipped": _skip_reason(n)} for n in selected if _skip_reason(n)})
+    _write_results(results)
 
 
 def _write_results(results: dict) -> None:
@@ -163,7 +165,9 @@ def _write_results(results: dict) -> None:
     for name, res in results.items():
         s = SCENARIOS[name]
         line["scenarios"][name] = {"agent": s.agent, "version": res.get("version") or WANT.get(s.agent),
-                                   "what": s.what, "result": "pass" if res.get("ok") else "fail",
+                                   "what": s.what,
+                                   "result": f"skipped: {res['skipped']}" if res.get("skipped")
+                                   else "pass" if res.get("ok") else "fail",
                                    "seconds": res.get("duration_s")}
     RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
@@ -192,3 +196,17 @@ def test_suite_can_run():
     """Says why the real-agent suite cannot run here: a skip locally, a failure in CI."""
     if WHY_NOT:
         _ci_or_skip(WHY_NOT)
+
+
+def test_runner_refuses_a_namespace_with_other_interfaces(tmp_path):
+    """Outside ``unshare -n`` (any interface but ``lo``) the runner starts nothing and says why."""
+    sys.path.insert(0, str(AGENTS))
+    from runner import interfaces
+
+    if interfaces() == ["lo"]:
+        pytest.skip("this process's namespace has only lo already")
+    p = subprocess.run([sys.executable, str(AGENTS / "runner.py"), "claude_text_two_turns", str(tmp_path),
+                        "/nonexistent"], capture_output=True, text=True, timeout=120)
+    res = json.loads((tmp_path / "result.json").read_text())
+    assert p.returncode == 0 and res["ok"] is False and res["error"].startswith("refusing")
+    assert not (tmp_path / "home").exists() and not (tmp_path / "requests.jsonl").exists()

@@ -140,6 +140,15 @@ def _all() -> list[Scenario]:
                  what="a 429 that recovers after five backoff retries", steps=[
             ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 120),
             ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_text_no_hooks", C, "tui", hooks=False, what="a text turn, no hooks (transcript only)",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_question_no_hooks", C, "tui", hooks=False,
+                 what="AskUserQuestion, no hooks (transcript only)", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
         Scenario("claude_permission_no_hooks", C, "tui", args=["--permission-mode", "default"], hooks=False,
                  needs="registry", what="a permission prompt with no hooks (the registry's waiting)", steps=[
             ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
