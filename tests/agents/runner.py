@@ -331,6 +331,11 @@ trust_level = "trusted"
             time.sleep(2.5)
             got = [p["kind"] for p in self.pages()]
             self.note("pages at the end", list(self.scn.pages), got, got == list(self.scn.pages))
+            if self.scn.titles:
+                titles = [p["title"] for p in self.pages()]
+                ok = len(titles) == len(self.scn.titles) and all(
+                    re.search(rx, t) for rx, t in zip(self.scn.titles, titles))
+                self.note("page titles", list(self.scn.titles), titles, ok)
             res["ok"] = True
         except Failed as e:
             res["error"] = str(e)

@@ -13,7 +13,8 @@ Steps (tuples):
 - ``("sleep", s)``, ``("kill",)`` (SIGKILL the agent and its children),
   ``("exited", timeout_s)``.
 
-``pages`` is the exact list of page kinds at the end. The model stand-in picks its
+``pages`` is the exact list of page kinds at the end; ``titles`` (when given)
+regexes their titles match, in order. The model stand-in picks its
 answer from a keyword in the prompt (``model.py``). ``slow`` scenarios (backoff
 retries) run only with ``CAE_SLOW=1``; ``needs`` names an exporter feature the
 scenario depends on (``registry``: Claude Code's session registry, issue 23).
@@ -38,6 +39,8 @@ class Scenario:
     args: list = field(default_factory=list)
     env: dict = field(default_factory=dict)
     model_env: dict = field(default_factory=dict)
+    #: regexes the page titles match, in order (when given)
+    titles: list = field(default_factory=list)
     hooks: bool = True
     slow: bool = False
     needs: str | None = None
@@ -66,7 +69,8 @@ def _all() -> list[Scenario]:
             ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
             ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
-            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval \(Bash\)$", r"your turn$"]),
         Scenario("claude_permission_deny", C, "tui", args=["--permission-mode", "default"],
                  what="a permission prompt denied with Esc (hooks)", steps=[
             ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
@@ -76,12 +80,14 @@ def _all() -> list[Scenario]:
             ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
             ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
-            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"asks you a question$", r"your turn$"]),
         Scenario("claude_plan", C, "tui", args=["--permission-mode", "plan"], what="a plan to approve", steps=[
             ("type", "Plan a file. SCN_PLAN"), ("wait_pane", r"(?i)(exit plan mode\?|would you like to proceed)", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "plan"}),
             ("keys", "Enter"), ("wait_pane", "all done with scn_plan", 40),
-            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"has a plan for you to approve$", r"your turn$"]),
         Scenario("claude_subagent", C, "tui", args=["--permission-mode", "acceptEdits"], what="a subagent (Agent tool) that works a while", steps=[
             ("type", "Use a helper. SCN_AGENT"), ("sleep", 2),
             ("expect", "working", [], 5),
@@ -111,7 +117,8 @@ def _all() -> list[Scenario]:
         Scenario("claude_529_persistent", C, "tui", env={"CLAUDE_CODE_MAX_RETRIES": "2"},
                  what="a 529 that does not recover", steps=[
             ("type", "Answer while overloaded. SCN_ERR529"),
-            ("expect", "error", ["error"], 45, {"error_kind": "overloaded"})], pages=["error"]),
+            ("expect", "error", ["error"], 45, {"error_kind": "overloaded"})], pages=["error"],
+                 titles=[r"Claude Code · claude_529_persistent: stopped on overloaded$"]),
         Scenario("claude_esc_streaming", C, "tui", what="Esc while streaming, then a new turn", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
             ("expect", "interrupted", [], 10),
@@ -135,7 +142,8 @@ def _all() -> list[Scenario]:
             ("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("claude_print_529", C, "print", prompt="Answer while overloaded. SCN_ERR529",
                  env={"CLAUDE_CODE_MAX_RETRIES": "2"}, what="-p: a 529 that does not recover", steps=[
-            ("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "overloaded"})], pages=["error"]),
+            ("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "overloaded"})], pages=["error"],
+                 titles=[r"stopped on overloaded$"]),
         Scenario("claude_429_backoff", C, "tui", model_env={"FAKE_FAIL_N": 5, "FAKE_RETRY_AFTER": ""}, slow=True,
                  what="a 429 that recovers after five backoff retries", steps=[
             ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 120),
@@ -168,7 +176,8 @@ def _all() -> list[Scenario]:
             ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
             ("keys", "y"), ("wait_pane", "created made_by_agent", 40),
-            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval", r"your turn$"]),
         Scenario("codex_approval_deny", X, "tui", what="an approval denied with Esc (hooks)", steps=[
             ("type", "Create a file. SCN_WRITE"),
             ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
@@ -180,13 +189,14 @@ def _all() -> list[Scenario]:
         Scenario("codex_500", X, "print", prompt="Answer while the server fails. SCN_ERR529",
                  what="exec: a 500 that does not recover",
                  steps=[("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "server_error"})],
-                 pages=["error"]),
+                 pages=["error"], titles=[r"^Codex · codex_500: stopped on server error$"]),
         Scenario("codex_question", X, "tui", what="request_user_input (Plan mode), answered", steps=[
             ("keys", "BTab"), ("wait_pane", r"(?i)plan mode", 10),
             ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
             ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
-            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"asks you a question$", r"your turn$"]),
         Scenario("codex_esc_tool_call", X, "tui", what="Esc during a tool call (sleep)", steps=[
             ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"(?i)esc to interrupt", 40), ("sleep", 3),
             ("expect", "working", [], 3), ("keys", "Escape"),
