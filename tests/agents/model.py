@@ -21,6 +21,7 @@ The scenario is picked from a keyword in the newest user text of the request:
   SCN_AGENT   Claude: Agent/Task tool call whose subagent prompt says SCN_PAUSE
   SCN_BGAGENT as SCN_AGENT with run_in_background: true
   SCN_PAUSE   plain text after a pause of FAKE_PAUSE seconds (3)
+  SCN_PROPOSE Codex (Plan mode): an answer with a <proposed_plan> block
   SCN_SLEEP   a tool call that takes 30 s (Claude: Bash python3 time.sleep; Codex: shell
               `sleep 30`, held for 30 s), for Esc during a tool
 A request whose last input is a tool result gets the closing text.
@@ -75,7 +76,7 @@ def _text_of(content):
 
 PAUSE = float(os.environ.get("FAKE_PAUSE", "3"))
 SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529",
-             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE", "SCN_SLEEP")
+             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE", "SCN_SLEEP", "SCN_PROPOSE")
 
 
 def find_scenario(texts):
@@ -258,6 +259,9 @@ def responses_plan(body):
     if scn == "SCN_PAUSE":
         time.sleep(PAUSE)
         return ("text", "Paused work done: plain answer.")
+    if scn == "SCN_PROPOSE":
+        return ("text", "Here is the plan.\n\n<proposed_plan>\n1. Create made_by_agent.txt\n"
+                        "2. Report back\n</proposed_plan>")
     if scn == "SCN_ASK" and "request_user_input" in tool_names:
         return ("call", "request_user_input", {"questions": [{
             "id": "colour", "header": "Colour", "question": "Which colour should the file be?",

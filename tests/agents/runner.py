@@ -216,6 +216,19 @@ trust_level = "trusted"
         if self.tmux:
             with open(self.out / "panes.txt", "a") as f:
                 f.write(f"===== {name} +{time.time() - self.t0:.1f}s\n{self.pane()}\n")
+        # Claude Code's session registry (~/.claude/sessions/<pid>.json) at this moment; the
+        # <pid>.<hash>.key files beside it are never opened
+        reg = self.home / ".claude" / "sessions"
+        if reg.is_dir():
+            recs = {}
+            for f in reg.iterdir():
+                if re.fullmatch(r"\d+\.json", f.name):
+                    try:
+                        recs[f.name] = json.loads(f.read_text())
+                    except (OSError, ValueError):
+                        recs[f.name] = None
+            with open(self.out / "registry.jsonl", "a") as f:
+                f.write(json.dumps({"t": round(time.time() - self.t0, 2), "snap": name, "records": recs}) + "\n")
 
     def agent_pid(self) -> int | None:
         if self.proc is not None:

@@ -163,6 +163,20 @@ def _all() -> list[Scenario]:
             ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
             ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
             ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_permission_deny_no_hooks", C, "tui", args=["--permission-mode", "default"], hooks=False,
+                 needs="registry", what="a permission prompt denied, no hooks (the registry's waiting)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        # 2.1.332 behind a gateway (ANTHROPIC_BASE_URL): auto mode's "can't check actions" dialog blocks
+        # the turn; no hook fires (no PermissionRequest, no Notification in 30 s), the registry says
+        # status "waiting", waitingFor "dialog open"
+        Scenario("claude_auto_mode_gateway", C, "tui", needs="registry",
+                 what="auto mode behind a gateway: its 'can't check actions' dialog (no hook fires)", steps=[
+            ("type", "Use a helper. SCN_AGENT"), ("wait_pane", r"(?i)auto mode can.t check", 40),
+            ("expect", "waiting", ["waiting"], 15, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
         # -- Codex ----------------------------------------------------------------------
         Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
@@ -197,6 +211,19 @@ def _all() -> list[Scenario]:
             ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
             ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
                  titles=[r"asks you a question$", r"your turn$"]),
+        Scenario("codex_plan", X, "tui", what="a proposed plan (Plan mode), then implemented", steps=[
+            ("keys", "BTab"), ("wait_pane", r"(?i)plan mode", 10),
+            ("type", "Plan a file. SCN_PROPOSE"), ("wait_pane", r"(?i)implement this plan", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("keys", "Enter"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        # Codex 0.171's /compact is a turn of its own (task_started, compacted, task_complete): one page
+        Scenario("codex_compact", X, "tui", what="/compact between two turns (a turn of its own)", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/compact"), ("expect", "completed", ["completed", "completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed"] * 3, 15)], pages=["completed"] * 3),
         Scenario("codex_esc_tool_call", X, "tui", what="Esc during a tool call (sleep)", steps=[
             ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"(?i)esc to interrupt", 40), ("sleep", 3),
             ("expect", "working", [], 3), ("keys", "Escape"),
