@@ -5,7 +5,7 @@ namespace (``unshare -n``): the model stand-in, a loopback Apprise receiver, the
 exporter with its roots on a fresh HOME and the agent with hooks pointed at the
 exporter, all inside it (tests/agents/runner.py). The runner checks the exporter's
 state after each step and the exact pages; this module runs the scenarios in
-parallel (``CAE_AGENTS_JOBS``, default 3), keeps each one's files (transcripts,
+parallel (``CAE_AGENTS_JOBS``, default 4), keeps each one's files (transcripts,
 hooks, exporter log, screens) in ``test-artifacts/agents/<line>/<scenario>``
 (``CAE_AGENTS_OUT``) and writes tests/agents/last_run.json,
 from which tests/agents/readme_table.py writes the README's "Agents and versions"
@@ -45,7 +45,7 @@ from scenarios import SCENARIOS  # noqa: E402
 LINE = os.environ.get("CAE_AGENTS_LINE", "pinned")
 SLOW = os.environ.get("CAE_SLOW") == "1"
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-JOBS = int(os.environ.get("CAE_AGENTS_JOBS", "3"))
+JOBS = int(os.environ.get("CAE_AGENTS_JOBS", "4"))
 RESULTS = AGENTS / "last_run.json"
 SCENARIO_TIMEOUT_S = 300
 

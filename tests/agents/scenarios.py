@@ -133,6 +133,10 @@ def _all() -> list[Scenario]:
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
             ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c", "C-c"), ("exited", 15),
             ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("claude_exit_after_turn", C, "tui", what="/exit after a turn (SessionEnd, registry file deleted)",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15), ("type", "/exit"), ("exited", 15),
+                        ("sleep", 1.5), ("expect", "completed", ["completed"], 5)], pages=["completed"]),
         Scenario("claude_killed", C, "tui", what="the agent process killed mid-turn: never a false done",
                  steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
