@@ -103,12 +103,14 @@ def _registry_support() -> bool:
     return importlib.util.find_spec("coding_agent_exporter.registry") is not None
 
 
-def _skip_reason(name: str) -> str | None:
+def _skip_reason(name: str, short: bool = False) -> str | None:
+    """Why scenario ``name`` does not run here (``short``: for the README table), or None."""
     s = SCENARIOS[name]
     if s.slow and not SLOW:
-        return "backoff retries: slow (CAE_SLOW=1)"
+        return "slow (CAE_SLOW=1)" if short else "backoff retries: slow (CAE_SLOW=1)"
     if s.needs == "registry" and not _registry_support():
-        return "needs the exporter to read Claude Code's session registry (issue 23)"
+        return "needs the registry (issue 23)" if short else \
+            "needs the exporter to read Claude Code's session registry (issue 23)"
     return None
 
 
@@ -150,7 +152,7 @@ def runs(request):
     yield r
     r.pool.shutdown(wait=True)
     results = {n: f.result() for n, f in r.futures.items() if f.done() and not f.cancelled()}
-    results.update({n: {"skipped": _skip_reason(n)} for n in selected if _skip_reason(n)})
+    results.update({n: {"skipped": _skip_reason(n, short=True)} for n in selected if _skip_reason(n)})
     _write_results(results)
 
 

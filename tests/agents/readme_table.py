@@ -5,8 +5,8 @@ usage: ``python3 tests/agents/readme_table.py [--check]``
 Reads ``tests/agents/last_run.json`` (written by tests/test_real_agents.py:
 ``{line: {"at", "scenarios": {name: {"agent", "version", "what", "result"}}}}``)
 and replaces what stands between ``<!-- agents-table:begin -->`` and
-``<!-- agents-table:end -->`` in README.md with one row per line, agent version
-and scenario. ``--check`` changes nothing and exits 1 when the README differs.
+``<!-- agents-table:end -->`` in README.md with one row per scenario and one
+column per version line (the agent's version and pass, fail or skipped). ``--check`` changes nothing and exits 1 when the README differs.
 """
 
 from __future__ import annotations
@@ -22,19 +22,24 @@ LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI"}
 
 
 def table(data: dict) -> str:
-    """The Markdown table (with a line saying when each version line last ran)."""
-    out = []
-    for line in sorted(data, key=lambda n: (n != "pinned", n)):
-        out.append(f"`{line}` line, last run {data[line].get('at', '?')}:")
-        out.append("")
-        out.append("| agent | version | scenario | what | result |")
-        out.append("|---|---|---|---|---|")
-        rows = sorted(data[line]["scenarios"].items(), key=lambda kv: (kv[1]["agent"], kv[0]))
-        for name, r in rows:
-            out.append(f"| {LABELS.get(r['agent'], r['agent'])} | {r.get('version') or '?'} | `{name}` | "
-                       f"{r.get('what', '')} | {r['result']} |")
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    """The Markdown table: one row per scenario, one column per version line (``version: result``),
+    and a line saying when each line last ran."""
+    lines = sorted(data, key=lambda n: (n != "pinned", n))
+    names = sorted({n for ln in lines for n in data[ln]["scenarios"]},
+                   key=lambda n: (next(data[ln]["scenarios"][n]["agent"] for ln in lines
+                                       if n in data[ln]["scenarios"]), n))
+    out = ["Last run: " + ", ".join(f"`{ln}` {data[ln].get('at', '?')}" for ln in lines) + ".", "",
+           "| agent | scenario | what | " + " | ".join(f"`{ln}`" for ln in lines) + " |",
+           "|---|---|---|" + "---|" * len(lines)]
+    for name in names:
+        first = next(data[ln]["scenarios"][name] for ln in lines if name in data[ln]["scenarios"])
+        cells = []
+        for ln in lines:
+            r = data[ln]["scenarios"].get(name)
+            cells.append(f"{r.get('version') or '?'}: {r['result']}" if r else "not run")
+        out.append(f"| {LABELS.get(first['agent'], first['agent'])} | `{name}` | {first.get('what', '')} | "
+                   + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
 
 
 def render(readme: str, data: dict) -> str:
