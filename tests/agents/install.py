@@ -6,7 +6,8 @@ usage: ``python3 tests/agents/install.py pinned|latest [DIR]`` (DIR defaults to
 installs that exact version (a bare package name is not enough: npm on Node 20
 silently picks an older Claude Code whose ``engines`` match, see
 shared/live-agents/README.md). Writes ``DIR/versions.json`` with what it
-installed and prints it. Exit 2 without npm.
+installed and prints it; does nothing when DIR already holds those versions.
+Exit 2 without npm.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def main(argv: list[str]) -> int:
         print("npm not found: install Node.js and npm first", file=sys.stderr)
         return 2
     agents = resolve(line)
+    try:
+        have = json.loads((target / "versions.json").read_text())["agents"]
+    except (OSError, ValueError, KeyError):
+        have = None
+    if have == agents and all((target / "node_modules" / ".bin" / a["bin"]).exists() for a in agents.values()):
+        print(json.dumps({"line": line, "dir": str(target), "already_installed": agents}))
+        return 0
     target.mkdir(parents=True, exist_ok=True)
     specs = [f"{a['package']}@{a['version']}" for a in agents.values()]
     subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(target), *specs], check=True,

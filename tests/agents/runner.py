@@ -344,6 +344,11 @@ trust_level = "trusted"
             time.sleep(2.5)
             got = [p["kind"] for p in self.pages()]
             self.note("pages at the end", list(self.scn.pages), got, got == list(self.scn.pages))
+            # privacy: no prompt or model text in any page or exporter log line
+            leaks = [w for w in ("SCN_", "fake model", "plain answer", "made_by_agent")
+                     if any(w in m.get("title", "") + m.get("message", "") for m in self.receiver.messages)
+                     or w in self.exporter.log()]
+            self.note("no transcript text in pages or the exporter log", [], leaks, not leaks)
             if self.scn.titles:
                 titles = [p["title"] for p in self.pages()]
                 ok = len(titles) == len(self.scn.titles) and all(
