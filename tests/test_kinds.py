@@ -299,6 +299,23 @@ def test_claude_retried_api_error_that_answered_is_completed(tmp_path):
     assert (row["state"], row["error_kind"]) == ("error", "rate_limit")
 
 
+def test_claude_error_envelope_read_after_its_stop_failure_hook_names_the_kind(tmp_path):
+    """Claude Code 2.1.332, a persistent 529 (tests/test_real_agents.py claude_529_persistent): the
+    StopFailure hook (``error: server_error``) arrives before the exporter reads the envelope
+    (``error: server_error``, ``apiErrorStatus: 529``, written earlier): the kind is overloaded."""
+    from coding_agent_exporter.hooks import parse
+
+    r = Run(tmp_path)
+    path = r.claude([c("prompt", 1, 0, version="2.1.332", entrypoint="cli")])
+    body = {"session_id": CSID, "transcript_path": str(path), "cwd": "/home/dev/proj",
+            "hook_event_name": "StopFailure", "error": "server_error"}
+    r.store.apply_hook(parse("claude_code", json.dumps(body).encode(), T0 + 5))
+    assert (r.state()["state"], r.state()["error_kind"]) == ("error", "api_error")
+    r.claude([c("error", 2, 3, error="server_error", status=529, version="2.1.332", entrypoint="cli")])
+    row = r.state(after=60)
+    assert (row["state"], row["error_kind"]) == ("error", "overloaded")
+
+
 def test_codex_usage_limit_then_task_complete_is_error(tmp_path):
     r = Run(tmp_path)
     r.codex([meta(), x("event_msg", 1, type="task_started", turn_id="t1"),
