@@ -148,6 +148,9 @@ def _all() -> list[Scenario]:
                  env={"CLAUDE_CODE_MAX_RETRIES": "2"}, what="-p: a 529 that does not recover", steps=[
             ("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "overloaded"})], pages=["error"],
                  titles=[r"stopped on overloaded$"]),
+        Scenario("claude_print_permission_denied", C, "print", prompt="Create a file. SCN_WRITE",
+                 args=["--permission-mode", "default"], what="-p: a tool that needs permission, denied by -p itself",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("claude_429_backoff", C, "tui", model_env={"FAKE_FAIL_N": 5, "FAKE_RETRY_AFTER": ""}, slow=True,
                  what="a 429 that recovers after five backoff retries", steps=[
             ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 120),
