@@ -15,7 +15,12 @@ Rules, in order (see README "States and evidence"):
    follows an error in the same turn (Codex writes ``task_complete`` after a
    usage-limit ``error``) stays ``error``. An error the agent will retry
    (``retry_in``) reads ``working`` until the retry is overdue by
-   ``retry_grace`` with nothing written since, then ``error``.
+   ``retry_grace`` with nothing written since, then ``error``; anything but
+   an error after it means the retry answered, and the turn is not an error
+   (Claude Code 2.1.332 ``-p``). The same failure told again in general
+   terms (``api_error``: a Claude ``StopFailure`` hook) keeps the kind it
+   already had, and an error older than the one that decided (the
+   transcript's envelope read after that hook) still names its kind.
 5. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for

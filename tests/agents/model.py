@@ -76,7 +76,8 @@ def _text_of(content):
 
 PAUSE = float(os.environ.get("FAKE_PAUSE", "3"))
 SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529",
-             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE", "SCN_SLEEP", "SCN_PROPOSE")
+             "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE",
+             "SCN_SLEEP", "SCN_PROPOSE")
 
 
 def find_scenario(texts):

@@ -88,12 +88,14 @@ def _all() -> list[Scenario]:
             ("keys", "Enter"), ("wait_pane", "all done with scn_plan", 40),
             ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
                  titles=[r"has a plan for you to approve$", r"your turn$"]),
-        Scenario("claude_subagent", C, "tui", args=["--permission-mode", "acceptEdits"], what="a subagent (Agent tool) that works a while", steps=[
+        Scenario("claude_subagent", C, "tui", args=["--permission-mode", "acceptEdits"], model_env={"FAKE_PAUSE": 5},
+                 what="a subagent (Agent tool) that works a while", steps=[
             ("type", "Use a helper. SCN_AGENT"), ("sleep", 2),
             ("expect", "working", [], 5),
             ("wait_pane", "all done with scn_agent", 40),
             ("expect", "completed", ["completed"], 15)], pages=["completed"]),
-        Scenario("claude_background_agent", C, "tui", args=["--permission-mode", "acceptEdits"], model_env={"FAKE_PAUSE": 6},
+        Scenario("claude_background_agent", C, "tui", args=["--permission-mode", "acceptEdits"],
+                 model_env={"FAKE_PAUSE": 8},
                  what="a background agent that reports back later", steps=[
             ("type", "Start a helper in the background. SCN_BGAGENT"), ("wait_pane", "all done with scn_bgagent", 40),
             ("sleep", 1.5), ("expect", "working", [], 3),
