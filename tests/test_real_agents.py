@@ -191,6 +191,7 @@ def test_real_agent(name, runs):
         lines += [f"  +{c['t']}s {c['step']}: want {c['want']} got {c['got']}" for c in res.get("checks", [])]
         lines.append(f"  pages: {[p['title'] for p in res.get('pages', [])]}")
         lines.append(f"  files: {res.get('outdir')}")
+        lines += ["  exporter: " + ln for ln in res.get("exporter_log_tail", [])]
         pytest.fail("\n".join(lines))
 
 

@@ -170,7 +170,8 @@ trust_level = "trusted"
             agent_file = (self.home / ".claude" / "settings.json") if claude else (self.home / ".codex" / "hooks.json")
             r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent",
                                 self.scn.agent, "--url", url, "--config.file", str(self.exporter.config_path),
-                                "--file", str(agent_file)], capture_output=True, text=True, timeout=60)
+                                "--file", str(agent_file), *(["--command"] if self.scn.hook_type == "command" else [])],
+                               capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")
 
@@ -360,6 +361,8 @@ trust_level = "trusted"
         except Exception:
             res["error"] = traceback.format_exc()
         finally:
+            if res["error"] and getattr(self, "exporter", None):
+                res["exporter_log_tail"] = self.exporter.log().splitlines()[-25:]
             res["pages"] = self.pages()
             self.snap("final")
             self.stop()

@@ -42,6 +42,8 @@ class Scenario:
     #: regexes the page titles match, in order (when given)
     titles: list = field(default_factory=list)
     hooks: bool = True
+    #: Claude Code hooks as ``http`` (the default ``hooks install``) or ``command`` (``--command``)
+    hook_type: str = "http"
     slow: bool = False
     needs: str | None = None
     what: str = ""
@@ -66,6 +68,13 @@ def _all() -> list[Scenario]:
             ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("claude_permission_allow", C, "tui", args=["--permission-mode", "default"],
                  what="a permission prompt answered (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval \(Bash\)$", r"your turn$"]),
+        Scenario("claude_permission_allow_command_hooks", C, "tui", args=["--permission-mode", "default"],
+                 hook_type="command", what="a permission prompt answered (command hooks: the hook command)", steps=[
             ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
             ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
