@@ -305,6 +305,10 @@ trust_level = "trusted"
         elif kind == "expect":
             opts = dict(st[4]) if len(st) > 4 else {}
             self.expect(st[1], list(st[2]), st[3], **opts)
+        elif kind == "exporter_stop":
+            self.exporter.stop()
+        elif kind == "exporter_start":
+            self.exporter.start()
         elif kind == "kill":
             pid = self.agent_pid()
             for p in [pid, *children(pid)]:

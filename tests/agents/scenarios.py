@@ -11,7 +11,8 @@ Steps (tuples):
   session of the agent is in ``state`` (and ``extra``: ``reason``/``error_kind``)
   and the pages received so far are exactly ``pages`` (kinds, in order);
 - ``("sleep", s)``, ``("kill",)`` (SIGKILL the agent and its children),
-  ``("exited", timeout_s)``.
+  ``("exited", timeout_s)``, ``("exporter_stop",)``, ``("exporter_start",)`` (the
+  same exporter, state_dir and port again).
 
 ``pages`` is the exact list of page kinds at the end; ``titles`` (when given)
 regexes their titles match, in order. The model stand-in picks its
@@ -148,6 +149,12 @@ def _all() -> list[Scenario]:
                  steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
                         ("expect", "completed", ["completed"], 15), ("type", "/exit"), ("exited", 15),
                         ("sleep", 1.5), ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+        Scenario("claude_exporter_restart", C, "tui", what="a turn that ended while the exporter was down",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15), ("exporter_stop",),
+                        ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40), ("sleep", 1),
+                        ("exporter_start",), ("expect", "completed", ["completed", "completed"], 15)],
+                 pages=["completed", "completed"]),
         Scenario("claude_killed", C, "tui", what="the agent process killed mid-turn: never a false done",
                  steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
@@ -250,6 +257,16 @@ def _all() -> list[Scenario]:
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
             ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c"), ("sleep", 0.5), ("keys", "C-c"), ("exited", 15),
             ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("codex_exporter_restart", X, "tui",
+                 what="an approval while the exporter was down (the hook command spools it)", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), ("exporter_stop",),
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40), ("sleep", 1),
+            ("exporter_start",), ("expect", "waiting", ["completed", "waiting"], 15, {"reason": "permission"}),
+            ("keys", "y"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["completed", "waiting", "completed"], 15)],
+                 pages=["completed", "waiting", "completed"]),
         Scenario("codex_killed", X, "tui", what="the agent process killed mid-turn: never a false done", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
             ("sleep", 5), ("expect", "working", [], 3)], pages=[]),
