@@ -92,6 +92,10 @@ def _all() -> list[Scenario]:
             ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
             ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
                  titles=[r"asks you a question$", r"your turn$"]),
+        Scenario("claude_question_dismissed", C, "tui", what="AskUserQuestion, dismissed with Esc", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
         Scenario("claude_plan", C, "tui", args=["--permission-mode", "plan"], what="a plan to approve", steps=[
             ("type", "Plan a file. SCN_PLAN"), ("wait_pane", r"(?i)(exit plan mode\?|would you like to proceed)", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "plan"}),
