@@ -170,7 +170,7 @@ def _write_results(results: dict) -> None:
                                    "what": s.what,
                                    "result": f"skipped: {res['skipped']}" if res.get("skipped")
                                    else "pass" if res.get("ok") else "fail",
-                                   "seconds": res.get("duration_s")}
+                                   "seconds": res.get("duration_s"), "at": line["at"]}
     RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

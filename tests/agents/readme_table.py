@@ -28,7 +28,11 @@ def table(data: dict) -> str:
     names = sorted({n for ln in lines for n in data[ln]["scenarios"]},
                    key=lambda n: (next(data[ln]["scenarios"][n]["agent"] for ln in lines
                                        if n in data[ln]["scenarios"]), n))
-    out = ["Last run: " + ", ".join(f"`{ln}` {data[ln].get('at', '?')}" for ln in lines) + ".", "",
+    def when(ln: str) -> str:
+        ats = sorted(r.get("at") or data[ln].get("at", "?") for r in data[ln]["scenarios"].values())
+        return ats[-1] if ats[0] == ats[-1] else f"{ats[0]} to {ats[-1]}"
+
+    out = ["Last run: " + ", ".join(f"`{ln}` {when(ln)}" for ln in lines) + ".", "",
            "| agent | scenario | what | " + " | ".join(f"`{ln}`" for ln in lines) + " |",
            "|---|---|---|" + "---|" * len(lines)]
     for name in names:
