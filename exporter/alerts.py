@@ -378,6 +378,10 @@ class Alerter:
                 self._decided(p.session, p.turn, p.kind,
                               f"superseded within alerts.settle_seconds (now {cur.state})")
                 continue
+            if cur.state == p.state and unit_of(cur) == p.turn:
+                # what the settle time added: an error's kind from the transcript read after the hook
+                # (Claude Code 2.1.332: StopFailure server_error, then the envelope of a 529)
+                p.title, p.body = self._message(p.session, cur)
             tag = self.a.tags.get(p.kind, p.kind)
             p.remaining = [i for i, t in enumerate(self.targets) if t.wants(tag)]
             if not p.remaining:

@@ -15,7 +15,12 @@ Rules, in order (see README "States and evidence"):
    follows an error in the same turn (Codex writes ``task_complete`` after a
    usage-limit ``error``) stays ``error``. An error the agent will retry
    (``retry_in``) reads ``working`` until the retry is overdue by
-   ``retry_grace`` with nothing written since, then ``error``.
+   ``retry_grace`` with nothing written since, then ``error``; anything but
+   an error after it means the retry answered, and the turn is not an error
+   (Claude Code 2.1.332 ``-p``). The same failure told again in general
+   terms (``api_error``: a Claude ``StopFailure`` hook) keeps the kind it
+   already had, and an error older than the one that decided (the
+   transcript's envelope read after that hook) still names its kind.
 5. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for
@@ -143,9 +148,13 @@ class SessionReducer:
         if kind in _QUIET or ev.sidechain:
             return
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
-        if key < self._last_key:
-            return  # older than what already decided the state
         prev = self._last.kind if self._last is not None else None
+        if key < self._last_key:
+            if kind == ERROR and prev == ERROR and self._turn_error == "api_error" and ev.error_kind:
+                # the transcript's error envelope, read after the hook that told the same failure in
+                # general terms (Claude Code 2.1.332: StopFailure ``server_error`` for a 529), names its kind
+                self._turn_error = ev.error_kind
+            return  # older than what already decided the state
         if kind == END:
             if prev not in (START, WORK, OUTPUT, WAIT):
                 return  # the turn had already ended: nothing to change
@@ -171,8 +180,13 @@ class SessionReducer:
         elif self.turn is None:
             self._new_turn(ev, ident_key)
         if kind == ERROR:
-            self._turn_error = ev.error_kind or "api_error"
-        elif kind in (START, WORK, OUTPUT, WAIT):
+            if not (prev == ERROR and self._turn_error and (ev.error_kind or "api_error") == "api_error"):
+                # (the same failure told again in general terms keeps its kind: Claude Code 2.1.332's
+                # StopFailure hook says ``server_error`` after the envelope of a 529 said overloaded)
+                self._turn_error = ev.error_kind or "api_error"
+        elif kind in (START, WORK, OUTPUT, WAIT) or prev == ERROR and self._last.retry_in is not None:
+            # a retried request that answered (Claude Code 2.1.332 ``-p``: ``system/api_error``
+            # attempts 1 and 2, then ``end_turn`` and ``stop_hook_summary``) did not fail the turn
             self._turn_error = None
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text

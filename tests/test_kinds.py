@@ -275,6 +275,47 @@ def test_claude_retried_api_error_keeps_working(tmp_path):
     assert r.state(after=5)["state"] == "working"
 
 
+def test_claude_retried_api_error_that_answered_is_completed(tmp_path):
+    """Claude Code 2.1.332 ``-p`` (``entrypoint: sdk-cli``, shared/live-agents p_error_429_recovers):
+    two 429 retries, then the answer and ``stop_hook_summary``: the turn succeeded."""
+    r = Run(tmp_path)
+    err = {"status": 429, "error": {"type": "error", "error": {"type": "rate_limit_error"}}}
+    r.claude([c("prompt", 1, 0, version="2.1.332", entrypoint="sdk-cli"),
+              *(c("system", n, n, subtype="api_error", level="error", version="2.1.332", entrypoint="sdk-cli",
+                  error=err, retryAttempt=n - 1, maxRetries=10, retryInMs=1200) for n in (2, 3)),
+              c("text", 4, 4.5, stop="end_turn", version="2.1.332", entrypoint="sdk-cli"),
+              c("system", 5, 4.6, subtype="stop_hook_summary", version="2.1.332", entrypoint="sdk-cli",
+                hasOutput=False, preventedContinuation=False)])
+    row = r.state(after=120)
+    assert (row["state"], row["error_kind"], row["evidence"]) == ("completed", None, "explicit")
+    assert r.metric("coding_agent_completions_total", provider="claude_code", evidence="explicit") == 1
+    # the last retry failing (the envelope) still reads error
+    r2 = Run(tmp_path / "b")
+    r2.claude([c("prompt", 1, 0, version="2.1.332", entrypoint="sdk-cli"),
+               c("system", 2, 1, subtype="api_error", level="error", version="2.1.332", entrypoint="sdk-cli",
+                 error=err, retryAttempt=1, maxRetries=2, retryInMs=1200),
+               c("error", 3, 3, error="rate_limit", status=429, version="2.1.332", entrypoint="sdk-cli")])
+    row = r2.state(after=120)
+    assert (row["state"], row["error_kind"]) == ("error", "rate_limit")
+
+
+def test_claude_error_envelope_read_after_its_stop_failure_hook_names_the_kind(tmp_path):
+    """Claude Code 2.1.332, a persistent 529 (tests/test_real_agents.py claude_529_persistent): the
+    StopFailure hook (``error: server_error``) arrives before the exporter reads the envelope
+    (``error: server_error``, ``apiErrorStatus: 529``, written earlier): the kind is overloaded."""
+    from coding_agent_exporter.hooks import parse
+
+    r = Run(tmp_path)
+    path = r.claude([c("prompt", 1, 0, version="2.1.332", entrypoint="cli")])
+    body = {"session_id": CSID, "transcript_path": str(path), "cwd": "/home/dev/proj",
+            "hook_event_name": "StopFailure", "error": "server_error"}
+    r.store.apply_hook(parse("claude_code", json.dumps(body).encode(), T0 + 5))
+    assert (r.state()["state"], r.state()["error_kind"]) == ("error", "api_error")
+    r.claude([c("error", 2, 3, error="server_error", status=529, version="2.1.332", entrypoint="cli")])
+    row = r.state(after=60)
+    assert (row["state"], row["error_kind"]) == ("error", "overloaded")
+
+
 def test_codex_usage_limit_then_task_complete_is_error(tmp_path):
     r = Run(tmp_path)
     r.codex([meta(), x("event_msg", 1, type="task_started", turn_id="t1"),

@@ -1,0 +1,69 @@
+"""Install the agents of one version line with npm, by exact version.
+
+usage: ``python3 tests/agents/install.py pinned|latest [DIR]`` (DIR defaults to
+``.agents/<line>`` in the repository). ``pinned`` installs the versions in
+``versions.json``; ``latest`` asks npm for each package's ``latest`` dist-tag and
+installs that exact version (a bare package name is not enough: npm on Node 20
+silently picks an older Claude Code whose ``engines`` match, see
+shared/live-agents/README.md). Writes ``DIR/versions.json`` with what it
+installed and prints it; does nothing when DIR already holds those versions.
+Exit 2 without npm.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+def pinned() -> dict:
+    """``{agent: {"package", "version", "bin"}}`` from versions.json."""
+    return json.loads((HERE / "versions.json").read_text())["pinned"]
+
+
+def resolve(line: str) -> dict:
+    """The exact versions of ``line`` (``pinned`` or ``latest``; latest asks the npm registry)."""
+    agents = pinned()
+    if line == "pinned":
+        return agents
+    if line != "latest":
+        raise SystemExit(f"unknown line {line!r} (pinned or latest)")
+    out = {}
+    for agent, spec in agents.items():
+        v = subprocess.run(["npm", "view", f"{spec['package']}@latest", "version"], capture_output=True, text=True,
+                           check=True, timeout=120).stdout.strip()
+        out[agent] = {**spec, "version": v}
+    return out
+
+
+def main(argv: list[str]) -> int:
+    line = argv[1] if len(argv) > 1 else "pinned"
+    target = Path(argv[2]) if len(argv) > 2 else ROOT / ".agents" / line
+    if not shutil.which("npm"):
+        print("npm not found: install Node.js and npm first", file=sys.stderr)
+        return 2
+    agents = resolve(line)
+    try:
+        have = json.loads((target / "versions.json").read_text())["agents"]
+    except (OSError, ValueError, KeyError):
+        have = None
+    if have == agents and all((target / "node_modules" / ".bin" / a["bin"]).exists() for a in agents.values()):
+        print(json.dumps({"line": line, "dir": str(target), "already_installed": agents}))
+        return 0
+    target.mkdir(parents=True, exist_ok=True)
+    specs = [f"{a['package']}@{a['version']}" for a in agents.values()]
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(target), *specs], check=True,
+                   timeout=1800)
+    (target / "versions.json").write_text(json.dumps({"line": line, "agents": agents}, indent=1) + "\n")
+    print(json.dumps({"line": line, "dir": str(target), "installed": specs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,285 @@
+"""The real-agent scenarios: what is typed, what the exporter must show after each step.
+
+A :class:`Scenario` runs one agent (``claude_code`` or ``codex``) in ``mode``
+``tui`` (interactive, under tmux) or ``print`` (``claude -p`` / ``codex exec``).
+Steps (tuples):
+
+- ``("type", text)``: type ``text`` and Enter;
+- ``("keys", key, ...)``: tmux key names (``Escape``, ``Enter``, ``C-c``, ``y``);
+- ``("wait_pane", regex, timeout_s)``: the screen shows ``regex``;
+- ``("expect", state, pages, timeout_s[, extra])``: within ``timeout_s`` the newest
+  session of the agent is in ``state`` (and ``extra``: ``reason``/``error_kind``)
+  and the pages received so far are exactly ``pages`` (kinds, in order);
+- ``("sleep", s)``, ``("kill",)`` (SIGKILL the agent and its children),
+  ``("exited", timeout_s)``, ``("exporter_stop",)``, ``("exporter_start",)`` (the
+  same exporter, state_dir and port again).
+
+``pages`` is the exact list of page kinds at the end; ``titles`` (when given)
+regexes their titles match, in order. The model stand-in picks its
+answer from a keyword in the prompt (``model.py``). ``slow`` scenarios (backoff
+retries) run only with ``CAE_SLOW=1``; ``needs`` names an exporter feature the
+scenario depends on (``registry``: Claude Code's session registry, issue 23).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CLAUDE_READY = r"(?i)(for shortcuts|\? for|❯)"
+CODEX_READY = r"(?i)(›|context left|for shortcuts)"
+
+
+@dataclass
+class Scenario:
+    name: str
+    agent: str
+    mode: str
+    steps: list = field(default_factory=list)
+    pages: list = field(default_factory=list)
+    prompt: str = ""
+    args: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)
+    model_env: dict = field(default_factory=dict)
+    #: regexes the page titles match, in order (when given)
+    titles: list = field(default_factory=list)
+    hooks: bool = True
+    #: Claude Code hooks as ``http`` (the default ``hooks install``) or ``command`` (``--command``)
+    hook_type: str = "http"
+    slow: bool = False
+    needs: str | None = None
+    what: str = ""
+
+    @property
+    def ready(self) -> str:
+        return CLAUDE_READY if self.agent == "claude_code" else CODEX_READY
+
+
+def _all() -> list[Scenario]:
+    C, X = "claude_code", "codex"
+    return [
+        # -- Claude Code, interactive ------------------------------------------------
+        Scenario("claude_text_two_turns", C, "tui", what="a text turn, then a second turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)],
+            pages=["completed", "completed"]),
+        Scenario("claude_tool_call", C, "tui", what="a tool call (Bash ls, allowed by auto mode)", steps=[
+            ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_permission_allow", C, "tui", args=["--permission-mode", "default"],
+                 what="a permission prompt answered (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval \(Bash\)$", r"your turn$"]),
+        Scenario("claude_permission_allow_command_hooks", C, "tui", args=["--permission-mode", "default"],
+                 hook_type="command", what="a permission prompt answered (command hooks: the hook command)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval \(Bash\)$", r"your turn$"]),
+        Scenario("claude_permission_deny", C, "tui", args=["--permission-mode", "default"],
+                 what="a permission prompt denied with Esc (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("claude_question", C, "tui", what="AskUserQuestion, answered", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"asks you a question$", r"your turn$"]),
+        Scenario("claude_question_dismissed", C, "tui", what="AskUserQuestion, dismissed with Esc", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("claude_plan", C, "tui", args=["--permission-mode", "plan"], what="a plan to approve", steps=[
+            ("type", "Plan a file. SCN_PLAN"), ("wait_pane", r"(?i)(exit plan mode\?|would you like to proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "plan"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_plan", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"has a plan for you to approve$", r"your turn$"]),
+        Scenario("claude_subagent", C, "tui", args=["--permission-mode", "acceptEdits"], model_env={"FAKE_PAUSE": 5},
+                 what="a subagent (Agent tool) that works a while", steps=[
+            ("type", "Use a helper. SCN_AGENT"), ("sleep", 2),
+            ("expect", "working", [], 5),
+            ("wait_pane", "all done with scn_agent", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_background_agent", C, "tui", args=["--permission-mode", "acceptEdits"],
+                 model_env={"FAKE_PAUSE": 8},
+                 what="a background agent that reports back later", steps=[
+            ("type", "Start a helper in the background. SCN_BGAGENT"), ("wait_pane", "all done with scn_bgagent", 40),
+            ("sleep", 1.5), ("expect", "working", [], 3),
+            ("expect", "completed", ["completed"], 40)], pages=["completed"]),
+        Scenario("claude_clear", C, "tui", what="/clear, then a new turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/clear"), ("sleep", 2),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("claude_compact", C, "tui", what="/compact between two turns", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/compact"), ("sleep", 6), ("expect", "completed", ["completed"], 10),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("claude_429_recovers", C, "tui", model_env={"FAKE_FAIL_N": 2},
+                 what="a 429 that recovers (two retries)", steps=[
+            ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 60),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_529_persistent", C, "tui", env={"CLAUDE_CODE_MAX_RETRIES": "2"},
+                 what="a 529 that does not recover", steps=[
+            ("type", "Answer while overloaded. SCN_ERR529"),
+            ("expect", "error", ["error"], 45, {"error_kind": "overloaded"})], pages=["error"],
+                 titles=[r"Claude Code · claude_529_persistent: stopped on overloaded$"]),
+        Scenario("claude_esc_streaming", C, "tui", what="Esc while streaming, then a new turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10),
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_esc_tool_call", C, "tui", args=["--allowedTools", "Bash(python3:*)"],
+                 what="Esc during a tool call (Bash sleep)", steps=[
+            ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"time\.sleep", 40), ("sleep", 2),
+            ("expect", "working", [], 3), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("claude_exit_mid_turn", C, "tui", what="the agent quit (Ctrl-C twice) mid-turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
+            ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c", "C-c"), ("exited", 15),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("claude_exit_after_turn", C, "tui", what="/exit after a turn (SessionEnd, registry file deleted)",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15), ("type", "/exit"), ("exited", 15),
+                        ("sleep", 1.5), ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+        Scenario("claude_exporter_restart", C, "tui", what="a turn that ended while the exporter was down",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15), ("exporter_stop",),
+                        ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40), ("sleep", 1),
+                        ("exporter_start",), ("expect", "completed", ["completed", "completed"], 15)],
+                 pages=["completed", "completed"]),
+        Scenario("claude_killed", C, "tui", what="the agent process killed mid-turn: never a false done",
+                 steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
+            ("sleep", 5), ("expect", "working", [], 3)], pages=[]),
+        Scenario("claude_print_429_recovers", C, "print", prompt="Answer after a rate limit. SCN_ERR429",
+                 model_env={"FAKE_FAIL_N": 2}, what="-p: a 429 that recovers", steps=[
+            ("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_print_529", C, "print", prompt="Answer while overloaded. SCN_ERR529",
+                 env={"CLAUDE_CODE_MAX_RETRIES": "2"}, what="-p: a 529 that does not recover", steps=[
+            ("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "overloaded"})], pages=["error"],
+                 titles=[r"stopped on overloaded$"]),
+        Scenario("claude_print_permission_denied", C, "print", prompt="Create a file. SCN_WRITE",
+                 args=["--permission-mode", "default"], what="-p: a tool that needs permission, denied by -p itself",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_429_backoff", C, "tui", model_env={"FAKE_FAIL_N": 5, "FAKE_RETRY_AFTER": ""}, slow=True,
+                 what="a 429 that recovers after five backoff retries", steps=[
+            ("type", "Answer after a rate limit. SCN_ERR429"), ("wait_pane", "Recovered after", 120),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_text_no_hooks", C, "tui", hooks=False, what="a text turn, no hooks (transcript only)",
+                 steps=[("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                        ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_question_no_hooks", C, "tui", hooks=False,
+                 what="AskUserQuestion, no hooks (transcript only)", steps=[
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_permission_no_hooks", C, "tui", args=["--permission-mode", "default"], hooks=False,
+                 needs="registry", what="a permission prompt with no hooks (the registry's waiting)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("claude_permission_deny_no_hooks", C, "tui", args=["--permission-mode", "default"], hooks=False,
+                 needs="registry", what="a permission prompt denied, no hooks (the registry's waiting)", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)do you want to proceed", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        # 2.1.332 behind a gateway (ANTHROPIC_BASE_URL): auto mode's "can't check actions" dialog blocks
+        # the turn; no hook fires (no PermissionRequest, no Notification in 30 s), the registry says
+        # status "waiting", waitingFor "dialog open"
+        Scenario("claude_auto_mode_gateway", C, "tui", needs="registry",
+                 what="auto mode behind a gateway: its 'can't check actions' dialog (no hook fires)", steps=[
+            ("type", "Use a helper. SCN_AGENT"), ("wait_pane", r"(?i)auto mode can.t check", 40),
+            ("expect", "waiting", ["waiting"], 15, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        # -- Codex ----------------------------------------------------------------------
+        Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("codex_tool_call", X, "print", prompt="List the files here. SCN_BASH", what="exec: a tool call",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("codex_approval_allow", X, "tui", what="an approval answered (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "y"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval", r"your turn$"]),
+        Scenario("codex_approval_deny", X, "tui", what="an approval denied with Esc (hooks)", steps=[
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("codex_429_recovers", X, "print", prompt="Answer after a rate limit. SCN_ERR429",
+                 model_env={"FAKE_FAIL_N": 1}, what="exec: a 429 that recovers",
+                 steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("codex_500", X, "print", prompt="Answer while the server fails. SCN_ERR529",
+                 what="exec: a 500 that does not recover",
+                 steps=[("exited", 60), ("expect", "error", ["error"], 15, {"error_kind": "server_error"})],
+                 pages=["error"], titles=[r"^Codex · codex_500: stopped on server error$"]),
+        Scenario("codex_question", X, "tui", what="request_user_input (Plan mode), answered", steps=[
+            ("keys", "BTab"), ("wait_pane", r"(?i)plan mode", 10),
+            ("type", "Ask me which colour. SCN_ASK"), ("wait_pane", r"Which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "all done with scn_ask", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"asks you a question$", r"your turn$"]),
+        Scenario("codex_plan", X, "tui", what="a proposed plan (Plan mode), then implemented", steps=[
+            ("keys", "BTab"), ("wait_pane", r"(?i)plan mode", 10),
+            ("type", "Plan a file. SCN_PROPOSE"), ("wait_pane", r"(?i)implement this plan", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("keys", "Enter"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        # Codex 0.171's /compact is a turn of its own (task_started, compacted, task_complete): one page
+        Scenario("codex_compact", X, "tui", what="/compact between two turns (a turn of its own)", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "/compact"), ("expect", "completed", ["completed", "completed"], 15),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed"] * 3, 15)], pages=["completed"] * 3),
+        Scenario("codex_esc_tool_call", X, "tui", what="Esc during a tool call (sleep)", steps=[
+            ("type", "Wait a while. SCN_SLEEP"), ("wait_pane", r"(?i)esc to interrupt", 40), ("sleep", 3),
+            ("expect", "working", [], 3), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("codex_exit_mid_turn", X, "tui", what="the agent quit (Ctrl-C) mid-turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
+            ("keys", "C-c"), ("sleep", 1.5), ("keys", "C-c"), ("sleep", 0.5), ("keys", "C-c"), ("exited", 15),
+            ("expect", "interrupted", [], 10)], pages=[]),
+        Scenario("codex_exporter_restart", X, "tui",
+                 what="an approval while the exporter was down (the hook command spools it)", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), ("exporter_stop",),
+            ("type", "Create a file. SCN_WRITE"),
+            ("wait_pane", r"(?i)(run the following|allow|approve|proceed)", 40), ("sleep", 1),
+            ("exporter_start",), ("expect", "waiting", ["completed", "waiting"], 15, {"reason": "permission"}),
+            ("keys", "y"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["completed", "waiting", "completed"], 15)],
+                 pages=["completed", "waiting", "completed"]),
+        Scenario("codex_killed", X, "tui", what="the agent process killed mid-turn: never a false done", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
+            ("sleep", 5), ("expect", "working", [], 3)], pages=[]),
+        Scenario("codex_esc_streaming", X, "tui", what="Esc while streaming, then a new turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10),
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+    ]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all()}
