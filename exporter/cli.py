@@ -279,6 +279,8 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         return 2
     telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
     metrics = Metrics()
+    machine = cfg.resolved_machine()
+    metrics.set_machine(machine)
     try:
         lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
         alerter = Alerter.from_config(cfg, metrics)
@@ -297,7 +299,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .statuspage import status_app
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
-                        daemon.ready.is_set, telemetry)
+                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
                    hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status)
     try:

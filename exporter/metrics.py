@@ -83,6 +83,9 @@ class Metrics:
         build = Gauge("coding_agent_exporter_build_info", "Build of coding-agent-exporter; value 1.",
                       ["version"], registry=r)
         build.labels(__version__).set(1)
+        #: Set once by :meth:`set_machine` (the ``_info`` convention: value 1).
+        self.info = Gauge("coding_agent_exporter_info", "This exporter: the machine it watches and its version; "
+                          "value 1.", ["machine", "version"], registry=r)
         for prov in PROVIDERS:
             for c in (self.lines, self.bytes, self.duplicates, self.poll_recoveries, self.read_errors):
                 c.labels(prov)
@@ -106,6 +109,13 @@ class Metrics:
             for c in (self.alerts, self.alerts_failed, self.alerts_dedup):
                 c.labels(kind)
             self.alert_latency.labels(kind)
+
+
+    def set_machine(self, machine: str) -> None:
+        """Expose ``coding_agent_exporter_info{machine, version} 1`` (config
+        key ``machine``, default the host name)."""
+        self.info.clear()
+        self.info.labels(machine, __version__).set(1)
 
 
 class SessionCollector:
