@@ -300,8 +300,11 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
                         daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
+    from .alertmanager import PATH as AM_PATH, receiver_app
+
+    routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status)
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status, routes=routes)
     try:
         server = serve(app, args.listen, web)
     except ValueError as e:
