@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from exporter.config import ConfigError, from_mapping
+from coding_agent_exporter.config import ConfigError, from_mapping
 from harness import Exporter, Receiver, wait_for
 
 
@@ -32,7 +32,7 @@ def test_machine_name_on_info_metric_and_api(tmp_path):
     with Exporter(tmp_path / "a", {"machine": "devbox-7"}) as ex:
         m = ex.metrics()
         info = [dict(lbls) for (n, lbls), v in m.items() if n == "coding_agent_exporter_info" and v == 1]
-        from exporter import __version__
+        from coding_agent_exporter import __version__
         assert info == [{"machine": "devbox-7", "version": __version__}]
         assert next(iter(_get_json(ex, "/api/v1/sessions"))) == "machine"
         assert _get_json(ex, "/api/v1/sessions")["machine"] == "devbox-7"
@@ -200,6 +200,20 @@ def test_pages_route_by_alert_label_tags(tmp_path):
         every.close()
 
 
+def authed_ready(ex: Exporter, headers: dict):
+    """A readiness probe for an exporter behind basic auth."""
+    def ready():
+        if ex.proc.poll() is not None:
+            raise AssertionError(f"exporter exited with {ex.proc.returncode}:\n{ex.log()}")
+        req = urllib.request.Request(f"http://127.0.0.1:{ex.port}/-/ready", headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    return ready
+
+
 def test_alertmanager_route_takes_the_same_basic_auth(tmp_path, receiver):
     import base64
 
@@ -210,15 +224,105 @@ def test_alertmanager_route_takes_the_same_basic_auth(tmp_path, receiver):
     ex = Exporter(tmp_path / "a", receiver=receiver, extra_args=["--web.config.file", str(web)])
     ok = {"Authorization": "Basic " + base64.b64encode(b"am:pw").decode()}
 
-    def ready():
-        req = urllib.request.Request(f"http://127.0.0.1:{ex.port}/-/ready", headers=ok)
-        try:
-            with urllib.request.urlopen(req, timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-    ex.ready_check = ready
+    ex.ready_check = authed_ready(ex, ok)
     with ex:
         assert post(ex, am_payload(am_alert())) == 401
         assert post(ex, am_payload(am_alert()), headers=ok) == 200
         wait_for(lambda: len(receiver.messages) == 1, what="the page")
+
+
+# -- the fleet view ---------------------------------------------------------------
+def claude_session(root, sid: str, cwd: str = "/home/dev/proj") -> None:
+    """A Claude Code session on ``root`` with a prompt and a tool call in progress (working)."""
+    from harness import claude_path
+    from test_hardening_support import ClaudeSession, write
+    s = ClaudeSession(sid, cwd)
+    write(claude_path(root, sid), s.prompt() + s.tool_use())
+
+
+def fleet_of(ex: Exporter) -> dict:
+    return _get_json(ex, "/api/v1/fleet")
+
+
+def by_machine(ex: Exporter) -> dict:
+    return {m["machine"]: m for m in fleet_of(ex)["machines"]}
+
+
+def test_fleet_view_lists_every_machine_and_keeps_a_stopped_one_as_down(tmp_path):
+    b_root = tmp_path / "b"
+    claude_session(b_root, "0b000000-0000-4000-8000-00000000000b", "/home/dev/api")
+    from harness import free_port
+    dead = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
+    with Exporter(b_root, {"machine": "bee"}) as b:
+        claude_session(tmp_path / "a", "0a000000-0000-4000-8000-00000000000a")
+        a = Exporter(tmp_path / "a", {"machine": "ay", "fleet": {
+            "peers": [f"http://127.0.0.1:{b.port}", dead], "poll_interval_seconds": 0.3}})
+        with a:
+            assert _get_json(a, "/api/v1/sessions")["fleet"] is True
+            ms = wait_for(lambda: (m := by_machine(a)).get("bee", {}).get("up") and m, what="bee polled")
+            assert list(ms) == ["ay", "bee", "127.0.0.1"]
+            assert ms["ay"]["local"] and [r["project"] for r in ms["ay"]["sessions"]] == ["proj"]
+            assert [r["session_id"] for r in ms["bee"]["sessions"]] == ["0b000000-0000-4000-8000-00000000000b"]
+            assert ms["bee"]["url"] == f"http://127.0.0.1:{b.port}" and ms["bee"]["health"]["machine"] == "bee"
+            down = ms["127.0.0.1"]
+            assert down["up"] is False and down["last_seen"] is None and down["error"] == "connection refused"
+            seen = ms["bee"]["last_seen"]
+            b.stop()
+            gone = wait_for(lambda: (m := by_machine(a)["bee"])["error"] == "connection refused" and m,
+                            what="bee down")
+            assert gone["up"] is False and seen <= gone["last_seen"] < time.time()
+            assert [r["session_id"] for r in gone["sessions"]] == ["0b000000-0000-4000-8000-00000000000b"]
+            assert "fleet peer http://127.0.0.1:%d is down" % b.port in a.log()
+
+
+def test_a_peer_that_never_answers_does_not_slow_the_local_page(tmp_path):
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(16)  # connections are taken by the kernel, never answered
+    try:
+        a = Exporter(tmp_path / "a", {"fleet": {"peers": [f"http://127.0.0.1:{hang.getsockname()[1]}"],
+                                                "poll_interval_seconds": 0.2, "timeout_seconds": 3}})
+        with a:
+            for path in ("/", "/api/v1/sessions", "/api/v1/health", "/api/v1/fleet", "/metrics"):
+                began = time.monotonic()
+                a.scrape_text(path)
+                assert time.monotonic() - began < 1.0, path
+            peer = wait_for(lambda: (m := fleet_of(a)["machines"][1])["up"] is False and m, timeout=10,
+                            what="the peer timed out")
+            assert peer["error"] == "no answer within 3 s (fleet.timeout_seconds)"
+    finally:
+        hang.close()
+
+
+def test_fleet_credentials_come_from_a_file_and_are_never_shown(tmp_path):
+    import bcrypt
+    import yaml
+    secret = "s3cret-Pw-for-peers"
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {
+        "fleet": bcrypt.hashpw(secret.encode(), bcrypt.gensalt(4)).decode()}}))
+    b = Exporter(tmp_path / "b", {"machine": "bee"}, extra_args=["--web.config.file", str(web)])
+    import base64
+    b.ready_check = authed_ready(b, {"Authorization": "Basic " + base64.b64encode(f"fleet:{secret}".encode()).decode()})
+    (tmp_path / "pw").write_text(secret + "\n")
+    (tmp_path / "bad").write_text("bad-Pw-77\n")
+    with b:
+        peers = [f"http://127.0.0.1:{b.port}"]
+        good = Exporter(tmp_path / "a", {"fleet": {"peers": peers, "poll_interval_seconds": 0.3, "username": "fleet",
+                                                   "password_file": str(tmp_path / "pw")}},
+                        extra_args=["--log.level", "debug"])
+        bad = Exporter(tmp_path / "c", {"fleet": {"peers": peers, "poll_interval_seconds": 0.3, "username": "fleet",
+                                                  "password_file": str(tmp_path / "bad")}})
+        with good, bad:
+            wait_for(lambda: by_machine(good).get("bee", {}).get("up"), timeout=15, what="bee polled with the password")
+            m = wait_for(lambda: fleet_of(bad)["machines"][1]["up"] is False and fleet_of(bad)["machines"][1],
+                         what="a wrong password")
+            assert m["error"] == "HTTP 401"
+            body = good.scrape_text("/api/v1/fleet")
+        for log_text in (good.log(), bad.log(), body):
+            assert secret not in log_text and "bad-Pw-77" not in log_text
+    missing = Exporter(tmp_path / "d", {"fleet": {"peers": peers, "username": "fleet",
+                                                  "password_file": str(tmp_path / "nope")}})
+    missing.start(wait_ready=False)
+    assert missing.proc.wait(timeout=20) == 2
+    assert "fleet.password_file: cannot read" in missing.log()
