@@ -326,3 +326,59 @@ def test_fleet_credentials_come_from_a_file_and_are_never_shown(tmp_path):
     missing.start(wait_ready=False)
     assert missing.proc.wait(timeout=20) == 2
     assert "fleet.password_file: cannot read" in missing.log()
+
+
+# -- what ships ---------------------------------------------------------------------
+def test_compose_alertmanager_is_wired_to_the_exporter_receiver():
+    import re
+    import shutil
+    import subprocess
+    from urllib.parse import urlsplit
+
+    import yaml
+    from harness import ROOT
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    am = compose["services"]["alertmanager"]
+    assert "./config/alertmanager.yml:/etc/alertmanager/alertmanager.yml:ro" in am["volumes"]
+    assert "--config.file=/etc/alertmanager/alertmanager.yml" in am["command"]
+    assert am["secrets"] == ["exporter_password"] and "exporter_password" in compose["secrets"]
+    assert all(p.startswith("127.0.0.1:") for p in am["ports"])
+    # The image is the version tested here (Debian's prometheus-alertmanager).
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    if binary is None:
+        pytest.skip("prometheus-alertmanager not installed (.ci/run installs it)")
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True)
+    tested = re.search(r"version (\d+\.\d+\.\d+)", out.stdout + out.stderr).group(1)
+    assert am["image"] == f"prom/alertmanager:v{tested}"
+    r = subprocess.run(["amtool", "check-config", str(ROOT / "config" / "alertmanager.yml")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    cfg = yaml.safe_load((ROOT / "config" / "alertmanager.yml").read_text())
+    exporter_port = next(a.split(":")[-1] for a in compose["services"]["exporter"]["command"]
+                         if a.startswith("--web.listen-address="))
+    for rcv in cfg["receivers"]:
+        for wh in rcv["webhook_configs"]:
+            u = urlsplit(wh["url"])
+            assert (u.hostname, str(u.port), u.path) == ("exporter", exporter_port, "/hooks/alertmanager")
+            assert wh["http_config"]["basic_auth"]["password_file"] == "/run/secrets/exporter_password"
+    assert cfg["time_intervals"][0]["name"] == "quiet-hours"
+    prom = yaml.safe_load((ROOT / "config" / "prometheus.yml").read_text())
+    targets = prom["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"]
+    assert targets == ["alertmanager:9093"] and any(p.endswith(":9093:9093") for p in am["ports"])
+
+
+def test_recording_rules_for_long_retention_pass_promtool():
+    import shutil
+    import subprocess
+
+    from harness import ROOT
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (.ci/run installs Debian's prometheus)")
+    rules = ROOT / "config" / "rules"
+    for args in (["check", "rules", "coding-agent.recording.yml"], ["test", "rules", "coding-agent.recording.test.yml"]):
+        r = subprocess.run([promtool, *args], cwd=rules, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    assert "config/rules/coding-agent.recording.yml" in doc
+    assert "machine_project_provider_state:coding_agent_session_state:count" in doc
