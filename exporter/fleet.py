@@ -28,6 +28,7 @@ peers only, never logged, never put into ``/api/v1/fleet``.
 from __future__ import annotations
 
 import base64
+import http.client
 import logging
 import ssl
 import threading
@@ -81,16 +82,24 @@ class Peer:
         self.last_seen: float | None = None
         self.error: str | None = None
         self.ready = False
-        self.sessions: list = []
+        #: Its last ``sessions`` rows, kept as JSON (serialised once per poll,
+        #: not per request; a fraction of the memory of the parsed rows).
+        self.sessions_json = b"[]"
         self.sessions_dropped = 0
         self.health: dict | None = None
         self.agents: dict = {}
         self.states: list = []
 
-    def view(self) -> dict:
-        return {"machine": self.name, "url": self.url, "local": False, "up": self.up, "last_seen": self.last_seen,
-                "error": self.error, "ready": self.ready, "sessions": self.sessions,
-                "sessions_dropped": self.sessions_dropped, "health": self.health}
+    def view(self) -> bytes:
+        """This peer's entry of ``machines`` as JSON."""
+        return _entry({"machine": self.name, "url": self.url, "local": False, "up": self.up,
+                       "last_seen": self.last_seen, "error": self.error, "ready": self.ready,
+                       "sessions_dropped": self.sessions_dropped, "health": self.health}, self.sessions_json)
+
+
+def _entry(fields: dict, sessions_json: bytes) -> bytes:
+    """``fields`` as a JSON object with ``"sessions"`` (already JSON) added."""
+    return orjson.dumps(fields)[:-1] + b',"sessions":' + sessions_json + b"}"
 
 
 def _why(e: BaseException, timeout: float) -> str:
@@ -184,8 +193,9 @@ class Fleet:
             if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
                 raise ValueError("not an exporter's answer (no sessions list)")
             health = self._get(peer.url + "/api/v1/health")
-        except (OSError, ValueError) as e:  # URLError, HTTPError, timeouts are OSErrors; orjson's is a ValueError
-            why = _why(e, self.f.timeout_seconds) if isinstance(e, OSError) else str(e)[:200]
+        except (OSError, ValueError, http.client.HTTPException) as e:  # URLError, HTTPError and timeouts are
+            # OSErrors, orjson's error a ValueError, a cut-off answer an HTTPException
+            why = _why(e, self.f.timeout_seconds) if isinstance(e, OSError) else (str(e) or type(e).__name__)[:200]
             with self._lock:
                 was, peer.up, peer.error = peer.up, False, why
             if was is not False:
@@ -198,7 +208,7 @@ class Fleet:
                 peer.name = name[:128]
             peer.up, peer.error, peer.last_seen = True, None, time.time()
             peer.ready = bool(sessions.get("ready"))
-            peer.sessions = rows
+            peer.sessions_json = orjson.dumps(rows)
             dropped = sessions.get("sessions_dropped")
             peer.sessions_dropped = dropped if isinstance(dropped, int) else 0
             peer.health = health
@@ -210,29 +220,32 @@ class Fleet:
             log.info("fleet peer %s (%s) answers again", peer.url, peer.name)
 
     # -- serving -------------------------------------------------------------
-    def payload(self) -> dict:
-        """The body of ``GET /api/v1/fleet`` (see the module doc)."""
+    def body(self) -> bytes:
+        """The body of ``GET /api/v1/fleet`` (see the module doc), JSON. The
+        peers' rows are spliced in as kept, not serialised again."""
         sessions, health = self.local()
         now = time.time()
         agents = dict(sessions.get("agents") or {})
         states = list(sessions.get("states") or [])
-        machines = [{"machine": self.machine, "url": None, "local": True, "up": True, "last_seen": now,
-                     "error": None, "ready": sessions.get("ready"), "sessions": sessions.get("sessions"),
-                     "sessions_dropped": sessions.get("sessions_dropped"), "health": health}]
+        machines = [_entry({"machine": self.machine, "url": None, "local": True, "up": True, "last_seen": now,
+                            "error": None, "ready": sessions.get("ready"),
+                            "sessions_dropped": sessions.get("sessions_dropped"), "health": health},
+                           orjson.dumps(sessions.get("sessions") or []))]
         with self._lock:
             for p in self.peers:
                 machines.append(p.view())
                 for k, v in p.agents.items():
                     agents.setdefault(k, v)
                 states += [s for s in p.states if s not in states]
-        return {"machine": self.machine, "now": now, "states": states, "agents": agents, "machines": machines}
+        head = orjson.dumps({"machine": self.machine, "now": now, "states": states, "agents": agents})
+        return head[:-1] + b',"machines":[' + b",".join(machines) + b"]}"
 
     def app(self, environ, start_response):
         """WSGI app of ``GET /api/v1/fleet``."""
         if environ.get("REQUEST_METHOD", "GET") not in ("GET", "HEAD"):
             start_response("405 Method Not Allowed", [("Content-Type", "text/plain"), ("Allow", "GET, HEAD")])
             return [b"GET only\n"]
-        body = orjson.dumps(self.payload())
+        body = self.body()
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
                                   ("Cache-Control", "no-store")])
         return [body]

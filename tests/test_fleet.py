@@ -382,3 +382,36 @@ def test_recording_rules_for_long_retention_pass_promtool():
     doc = (ROOT / "docs" / "deploy.md").read_text()
     assert "config/rules/coding-agent.recording.yml" in doc
     assert "machine_project_provider_state:coding_agent_session_state:count" in doc
+
+
+def test_page_pending_at_a_stop_is_delivered_after_the_restart(tmp_path):
+    rec = Receiver(fail_first=10**6)  # the notification service is down
+    try:
+        cfg = {"alerts": {"retry": {"attempts": 5, "initial_backoff_seconds": 30, "max_backoff_seconds": 30}}}
+        with Exporter(tmp_path / "a", cfg, receiver=rec) as ex:
+            assert post(ex, am_payload(am_alert())) == 200
+            wait_for(lambda: rec.failed >= 1, what="a failed delivery")
+        assert rec.messages == []
+        rec.fail_first = 0  # the service is back
+        with Exporter(tmp_path / "a", cfg, receiver=rec) as ex:
+            wait_for(lambda: len(rec.messages) == 1, what="the page left pending")
+            assert post(ex, am_payload(am_alert())) == 200  # a re-send still does not page again
+            time.sleep(1.0)
+            assert len(rec.messages) == 1
+            assert "delivering a page left pending by the previous run" in ex.log()
+    finally:
+        rec.close()
+
+
+def test_page_whose_delivery_failed_is_taken_again_on_the_next_resend(tmp_path):
+    rec = Receiver(fail_first=5)  # every one of the 5 attempts fails
+    try:
+        with Exporter(tmp_path / "a", {"alerts": {"retry": {"attempts": 5, "initial_backoff_seconds": 0.1,
+                                                            "max_backoff_seconds": 0.2}}}, receiver=rec) as ex:
+            assert post(ex, am_payload(am_alert())) == 200
+            wait_for(lambda: "delivery failed 5 times" in ex.log(), what="delivery given up")
+            assert rec.messages == []
+            assert post(ex, am_payload(am_alert())) == 200  # Alertmanager's repeat_interval
+            wait_for(lambda: len(rec.messages) == 1, what="the page on the re-send")
+    finally:
+        rec.close()
