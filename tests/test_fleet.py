@@ -415,3 +415,34 @@ def test_page_whose_delivery_failed_is_taken_again_on_the_next_resend(tmp_path):
             wait_for(lambda: len(rec.messages) == 1, what="the page on the re-send")
     finally:
         rec.close()
+
+
+def test_fleet_peer_over_tls_verified_with_fleet_ca_file(tmp_path):
+    import ssl
+
+    import yaml
+    from test_hardening_access import _make_certs
+    certs = _make_certs(tmp_path)
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": str(certs["server.crt"]),
+                                                         "key_file": str(certs["server.key"])}}))
+    b = Exporter(tmp_path / "b", {"machine": "tls-bee"}, extra_args=["--web.config.file", str(web)])
+    ctx = ssl.create_default_context(cafile=str(certs["ca.crt"]))
+
+    def ready():
+        try:
+            with urllib.request.urlopen(f"https://127.0.0.1:{b.port}/-/ready", timeout=1, context=ctx) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    b.ready_check = ready
+    with b:
+        peers = [f"https://127.0.0.1:{b.port}"]
+        good = Exporter(tmp_path / "a", {"fleet": {"peers": peers, "poll_interval_seconds": 0.3,
+                                                   "ca_file": str(certs["ca.crt"])}})
+        unverified = Exporter(tmp_path / "c", {"fleet": {"peers": peers, "poll_interval_seconds": 0.3}})
+        with good, unverified:
+            wait_for(lambda: by_machine(good).get("tls-bee", {}).get("up"), what="the TLS peer polled")
+            m = wait_for(lambda: (m := fleet_of(unverified)["machines"][1])["up"] is False and m,
+                         what="an unverified certificate refused")
+            assert m["error"].startswith("TLS: ") and "CERTIFICATE_VERIFY_FAILED" in m["error"]

@@ -289,6 +289,8 @@ def test_three_machines_one_prometheus_one_alertmanager_pair_one_pager(tmp_path)
             assert "down · last seen" in down["gamma"][1]
             assert sorted(page.js(shown)) == sorted([n, s] for n, s in sids.items())  # its sessions stay, greyed
             assert page.js(f"document.querySelector('tr[data-machine=gamma]').className") == "gone"
+            (ROOT / "test-artifacts").mkdir(exist_ok=True)
+            page.screenshot(ROOT / "test-artifacts" / "fleet-page.png")  # for a person to look at
             time.sleep(3.0)  # a few repeat_intervals from both members
             (gone,) = pages(f"on {gamma.target} is down")
             assert "machine: gamma" in gone["message"].splitlines()
