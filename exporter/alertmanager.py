@@ -46,6 +46,8 @@ KIND = "alertmanager"
 BODY_LABELS = ("machine", "project", "provider")
 _NOTIFY = {"critical": "failure", "error": "failure", "warning": "warning", "info": "info"}
 _MAX_TITLE, _MAX_BODY, _MAX_ID = 250, 2000, 128
+#: A refused body up to this size is read (and dropped) before the 413 reply.
+_DRAIN_MAX_BYTES = 64 << 20
 
 
 class Malformed(ValueError):
@@ -143,6 +145,9 @@ def receiver_app(alerter, cfg, metrics):
         if length < 0:
             return reply(start_response, "400 Bad Request", "bad Content-Length\n", "malformed")
         if length > am.max_body_bytes:
+            stream, left = environ["wsgi.input"], length if length <= _DRAIN_MAX_BYTES else 0
+            while left > 0 and (chunk := stream.read(min(left, 1 << 16))):  # so the sender sees the 413
+                left -= len(chunk)
             log.warning("refused an Alertmanager notification of %d bytes (alertmanager.max_body_bytes: %d)",
                         length, am.max_body_bytes)
             return reply(start_response, "413 Content Too Large", "notification too large\n", "too_large")
