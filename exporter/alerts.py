@@ -219,6 +219,10 @@ class Alerter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._load()
+        #: Keys of :meth:`page`'s pages the previous run left pending, taken
+        #: at load (before any new page can be added), queued by :meth:`start`.
+        self._left_pending = [k for k, v in self.ledger.items()
+                              if v.get("status") == "pending" and isinstance(v.get("page"), dict)]
 
     @classmethod
     def from_config(cls, cfg: Config, metrics: Metrics) -> Alerter:
@@ -321,8 +325,9 @@ class Alerter:
     def _resume_pages(self) -> None:
         """Queue the pages of :meth:`page` a previous run left pending."""
         with self._lock:
-            left = [(k, v["page"]) for k, v in self.ledger.items()
-                    if v.get("status") == "pending" and isinstance(v.get("page"), dict)]
+            left = [(k, self.ledger[k]["page"]) for k in self._left_pending
+                    if self.ledger.get(k, {}).get("status") == "pending"]
+            self._left_pending = []
         for key, pg in left:
             try:
                 tags = frozenset(pg.get("tags") or ())

@@ -446,3 +446,23 @@ def test_fleet_peer_over_tls_verified_with_fleet_ca_file(tmp_path):
             m = wait_for(lambda: (m := fleet_of(unverified)["machines"][1])["up"] is False and m,
                          what="an unverified certificate refused")
             assert m["error"].startswith("TLS: ") and "CERTIFICATE_VERIFY_FAILED" in m["error"]
+
+
+def test_page_taken_before_the_delivery_thread_starts_is_sent_once(tmp_path, receiver):
+    """The HTTP server answers before the alerter starts: a page taken in
+    between is not also taken for one the previous run left pending."""
+    from coding_agent_exporter.alerts import Alerter
+    from coding_agent_exporter.metrics import Metrics
+    cfg = from_mapping({"state_dir": str(tmp_path), "alerts": {"urls": [receiver.url]}})
+    first = Alerter.from_config(cfg, Metrics())
+    assert first.page("alertmanager:left:1", "alertmanager", "left by the last run", "b") is True
+    second = Alerter.from_config(cfg, Metrics())  # a restart: "left" is pending, never delivered
+    assert second.page("alertmanager:new:1", "alertmanager", "new before start", "b") is True
+    assert second.page("alertmanager:left:1", "alertmanager", "left by the last run", "b") is False
+    second.start()
+    try:
+        wait_for(lambda: len(receiver.messages) == 2, what="both pages")
+        time.sleep(0.5)
+        assert sorted(m["title"] for m in receiver.messages) == ["left by the last run", "new before start"]
+    finally:
+        second.stop()
