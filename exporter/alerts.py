@@ -193,6 +193,7 @@ class Pending:
     remaining: list = field(default_factory=list)  # target indexes still to deliver to
     status: object = None  # the Status that made it (evidence for the log)
     superseded: float | None = None  # record time of the first state after it (None: not yet)
+    notify: str | None = None  # Apprise NotifyType of a page made by :meth:`Alerter.page` (session None)
 
 
 class Alerter:
@@ -218,6 +219,10 @@ class Alerter:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._load()
+        #: Keys of :meth:`page`'s pages the previous run left pending, taken
+        #: at load (before any new page can be added), queued by :meth:`start`.
+        self._left_pending = [k for k, v in self.ledger.items()
+                              if v.get("status") == "pending" and isinstance(v.get("page"), dict)]
 
     @classmethod
     def from_config(cls, cfg: Config, metrics: Metrics) -> Alerter:
@@ -257,7 +262,7 @@ class Alerter:
         with self._save_lock:  # one writer at a time, so a newer ledger is never overwritten by an older one
             self._save_locked()
 
-    def _save_locked(self) -> None:
+    def _save_locked(self, strict: bool = False) -> None:
         now = time.time()
         with self._lock:
             items = sorted(self.ledger.items(), key=lambda kv: kv[1].get("at", 0))
@@ -269,6 +274,73 @@ class Alerter:
             save_json(self.ledger_path, data)
         except OSError as e:
             log.error("cannot write the alert ledger %s: %s", self.ledger_path, e.strerror or e)
+            if strict:
+                raise
+
+    # -- pages made elsewhere (Alertmanager) ---------------------------------
+    def page(self, key: str, kind: str, title: str, body: str, tags: frozenset = frozenset(),
+             notify: str = "warning") -> bool:
+        """Deliver one page made outside the transcripts (an Alertmanager
+        alert) through the configured targets, once per ledger ``key``.
+
+        ``tags`` are Apprise tags: a target gets the page when it has no tag,
+        the tag ``always``, or one of ``tags``. ``notify`` is an Apprise
+        NotifyType value (``info``, ``success``, ``warning``, ``failure``).
+        Returns True when the page is new: then it is in the ledger on disk
+        (status ``pending``, with its text) before this returns, and is
+        delivered with the usual retries, also after a restart
+        (:meth:`start`). Returns False for a key the ledger has already
+        (counted on ``coding_agent_alerts_deduplicated_total{kind}``), or
+        when no target takes any of ``tags``. Raises ``OSError`` when the
+        ledger cannot be written (nothing is kept or sent then), so that the
+        caller can ask for the notification again. A key whose delivery
+        failed ``alerts.retry.attempts`` times is taken again."""
+        with self._save_lock:  # check, add and write as one: two senders of one key page once
+            with self._lock:
+                if key in self.ledger and self.ledger[key].get("status") != "failed":
+                    self.metrics.alerts_dedup.labels(kind).inc()
+                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key,
+                                                                 "reason": "already in the ledger"}})
+                    return False
+                remaining = [i for i, t in enumerate(self.targets) if not t.tags or "always" in t.tags
+                             or t.tags & tags]
+                if not remaining:
+                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key, "reason":
+                                                                 f"no target takes the tags {sorted(tags)}"}})
+                    return False
+                self.ledger[key] = {"status": "pending", "at": time.time(),
+                                    "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
+                                             "notify": notify}}
+            try:
+                self._save_locked(strict=True)
+            except OSError:
+                with self._lock:
+                    self.ledger.pop(key, None)
+                raise
+        # Not in self.pending (the reader thread's): delivery and its retries only.
+        self._work.put(Pending(key, kind, None, key, kind, title, body, first_seen=time.time(), due=0.0,
+                               notify=notify, remaining=remaining))
+        return True
+
+    def _resume_pages(self) -> None:
+        """Queue the pages of :meth:`page` a previous run left pending."""
+        with self._lock:
+            left = [(k, self.ledger[k]["page"]) for k in self._left_pending
+                    if self.ledger.get(k, {}).get("status") == "pending"]
+            self._left_pending = []
+        for key, pg in left:
+            try:
+                tags = frozenset(pg.get("tags") or ())
+                p = Pending(key, str(pg["kind"]), None, key, str(pg["kind"]), str(pg["title"]), str(pg["body"]),
+                            first_seen=time.time(), due=0.0, notify=str(pg.get("notify") or "warning"),
+                            remaining=[i for i, t in enumerate(self.targets)
+                                       if not t.tags or "always" in t.tags or t.tags & tags])
+            except (KeyError, TypeError):
+                log.warning("the alert ledger's pending page %s is damaged; dropped it", key)
+                continue
+            if p.remaining:
+                log.info("delivering a page left pending by the previous run", extra={"fields": {"key": key}})
+                self._work.put(p)
 
     # -- reader thread -----------------------------------------------------
     def observe(self, transitions: list[Transition], now: float) -> None:
@@ -348,7 +420,7 @@ class Alerter:
         evidence, or ``page not sent`` with the reason. Names provider,
         session id, project label, kind and turn key (``unit``: the wait for
         ``waiting``); never transcript text."""
-        fields = self._fields(s, unit, kind)
+        fields = self._fields(s, unit, kind) if s is not None else {"kind": kind, "key": unit}
         if why is None:
             fields.update({k: v for k, v in evidence.items() if v is not None})
         else:
@@ -436,6 +508,7 @@ class Alerter:
         if self.targets and self._thread is None:
             self._thread = threading.Thread(target=self._deliver_loop, name="alerts", daemon=True)
             self._thread.start()
+            self._resume_pages()
 
     def stop(self) -> None:
         self._stop.set()
@@ -472,8 +545,8 @@ class Alerter:
         import apprise
 
         tag = self.a.tags.get(p.kind, p.kind)
-        notify_type = apprise.NotifyType.FAILURE if p.kind == "error" else (
-            apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS)
+        notify_type = p.notify or (apprise.NotifyType.FAILURE if p.kind == "error" else (
+            apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS))
         still = []
         for i in p.remaining:
             target = self.targets[i]
@@ -492,7 +565,11 @@ class Alerter:
             self.pending.pop(p.key, None)
             with self._lock:
                 self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "sent", "at": now}
+                self.ledger[p.key].pop("page", None)
             self._save()
+            if p.session is None:  # a page of :meth:`page`
+                self._decided(None, p.key, p.kind, None, latency_seconds=round(now - p.first_seen, 3))
+                return
             st = p.status or p.session.status
             self._decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
                           error_kind=st.error_kind, duration_seconds=None if st.duration is None

@@ -279,6 +279,8 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         return 2
     telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
     metrics = Metrics()
+    machine = cfg.resolved_machine()
+    metrics.set_machine(machine)
     try:
         lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
         alerter = Alerter.from_config(cfg, metrics)
@@ -297,9 +299,27 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .statuspage import status_app
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
-                        daemon.ready.is_set, telemetry)
+                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
+    from .alertmanager import PATH as AM_PATH, receiver_app
+
+    routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
+    fleet = None
+    if cfg.fleet.peers:
+        from .fleet import PATH as FLEET_PATH, Fleet
+        from .statuspage import health_payload, sessions_payload
+
+        def local():
+            return (sessions_payload(daemon.store.snapshot, daemon.ready.is_set(), machine=machine, fleet=True),
+                    health_payload(metrics, alerter.last_sent, bool(alerter.targets), machine=machine))
+
+        try:
+            fleet = Fleet(cfg, machine, local)
+        except ConfigError as e:
+            print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
+            return 2
+        routes[FLEET_PATH] = fleet.app
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status)
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status, routes=routes)
     try:
         server = serve(app, args.listen, web)
     except ValueError as e:
@@ -315,8 +335,12 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     if not stop.is_set():
         alerter.start()
         daemon.start()
+        if fleet is not None:
+            fleet.start()
     while not stop.is_set():
         stop.wait(1.0)
+    if fleet is not None:
+        fleet.stop()
     daemon.stop()
     alerter.stop()
     server.shutdown()

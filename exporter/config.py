@@ -124,6 +124,37 @@ class Hooks:
 
 
 @dataclass
+class Fleet:
+    #: Base URLs of the other exporters shown on this one's status page
+    #: (``https://devbox:9877``); empty: no fleet view.
+    peers: list[str] = field(default_factory=list)
+    #: Seconds between polls of every peer's ``/api/v1/sessions``.
+    poll_interval_seconds: float = 10.0
+    #: Seconds one peer may take to answer before it counts as down.
+    timeout_seconds: float = 5.0
+    #: At most this many peers are polled at once.
+    max_concurrency: int = 8
+    #: Basic auth user for the peers (their ``basic_auth_users``); the password
+    #: comes from ``password_file``, never from this file.
+    username: str | None = None
+    password_file: str | None = None
+    #: A file holding a bearer token sent to the peers instead of basic auth.
+    bearer_token_file: str | None = None
+    #: CA bundle to verify the peers' TLS certificates (default: the system's).
+    ca_file: str | None = None
+
+
+@dataclass
+class Alertmanager:
+    #: Page for ``resolved`` alerts too (once per alert), not only firing ones.
+    send_resolved: bool = False
+    #: Alert labels whose values become Apprise tags of the page.
+    tag_labels: list[str] = field(default_factory=lambda: ["severity", "project"])
+    #: Larger webhook bodies are refused with 413 (bytes; 4 MiB).
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass
 class Config:
     sources: Sources = field(default_factory=Sources)
     reducer: Reducer = field(default_factory=Reducer)
@@ -135,6 +166,19 @@ class Config:
     #: ``~/.local/state/…`` on Linux; ``~/Library/Application Support/…`` on
     #: macOS; ``%LOCALAPPDATA%\\coding-agent-exporter`` on Windows).
     state_dir: str | None = None
+    #: This machine's name on the fleet view and in
+    #: ``coding_agent_exporter_info{machine}``; default: the host name.
+    machine: str | None = None
+    fleet: Fleet = field(default_factory=Fleet)
+    alertmanager: Alertmanager = field(default_factory=Alertmanager)
+
+    def resolved_machine(self) -> str:
+        """``machine``, or the host name (``socket.gethostname()``)."""
+        if self.machine:
+            return self.machine
+        import socket
+
+        return socket.gethostname() or "localhost"
 
     def resolved_state_dir(self) -> Path:
         if self.state_dir:
@@ -236,9 +280,41 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     for kind in cfg.alerts.tags:
         if kind not in ("completed", "error", "stalled", "waiting"):
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
+    errors += _fleet_errors(cfg, source)
     if errors:
         raise ConfigError("\n".join(errors), errors)
     return cfg
+
+
+def _fleet_errors(cfg: Config, source: str) -> list[str]:
+    """Checks of ``machine``, ``fleet`` and ``alertmanager`` (one line each)."""
+    from urllib.parse import urlsplit
+
+    errors = []
+    if cfg.machine is not None and not (0 < len(cfg.machine) <= 128 and cfg.machine.isprintable()):
+        errors.append(f"{source}: machine: expected a printable name of 1 to 128 characters")
+    for i, url in enumerate(cfg.fleet.peers):
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            errors.append(f"{source}: fleet.peers[{i}]: expected an http:// or https:// base URL")
+        elif parts.username is not None or parts.password is not None:
+            errors.append(f"{source}: fleet.peers[{i}]: credentials do not go into the URL "
+                          "(use fleet.username and fleet.password_file)")
+    if cfg.fleet.poll_interval_seconds <= 0:
+        errors.append(f"{source}: fleet.poll_interval_seconds: must be greater than 0")
+    if cfg.fleet.timeout_seconds <= 0:
+        errors.append(f"{source}: fleet.timeout_seconds: must be greater than 0")
+    if cfg.fleet.max_concurrency < 1:
+        errors.append(f"{source}: fleet.max_concurrency: must be at least 1")
+    if cfg.fleet.password_file and not cfg.fleet.username:
+        errors.append(f"{source}: fleet.password_file: set, but fleet.username is not")
+    if cfg.fleet.bearer_token_file and cfg.fleet.username:
+        errors.append(f"{source}: fleet.bearer_token_file: use either it or fleet.username, not both")
+    return errors
 
 
 def load(path: str | os.PathLike | None) -> Config:

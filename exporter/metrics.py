@@ -26,6 +26,10 @@ HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent"
                       "unreadable_spool", "expired")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
+#: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
+#: in it is in the ledger), ``malformed`` (400), ``too_large`` (413),
+#: ``unavailable`` (503: ledger not writable or no Apprise target; Alertmanager retries).
+ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable")
 ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
 
 
@@ -83,6 +87,14 @@ class Metrics:
         build = Gauge("coding_agent_exporter_build_info", "Build of coding-agent-exporter; value 1.",
                       ["version"], registry=r)
         build.labels(__version__).set(1)
+        self.alertmanager_notifications = Counter(
+            "coding_agent_alertmanager_notifications", "Alertmanager webhook notifications received at "
+            "/hooks/alertmanager, by outcome.", ["status"], registry=r)
+        for status in ALERTMANAGER_STATUSES:
+            self.alertmanager_notifications.labels(status)
+        #: Set once by :meth:`set_machine` (the ``_info`` convention: value 1).
+        self.info = Gauge("coding_agent_exporter_info", "This exporter: the machine it watches and its version; "
+                          "value 1.", ["machine", "version"], registry=r)
         for prov in PROVIDERS:
             for c in (self.lines, self.bytes, self.duplicates, self.poll_recoveries, self.read_errors):
                 c.labels(prov)
@@ -102,10 +114,17 @@ class Metrics:
                 self.user_wait.labels(prov, reason)
         for reason in HOOK_ERROR_REASONS:
             self.hook_errors.labels(reason)
-        for kind in ALERT_KINDS:
+        for kind in ALERT_KINDS + ("alertmanager",):
             for c in (self.alerts, self.alerts_failed, self.alerts_dedup):
                 c.labels(kind)
             self.alert_latency.labels(kind)
+
+
+    def set_machine(self, machine: str) -> None:
+        """Expose ``coding_agent_exporter_info{machine, version} 1`` (config
+        key ``machine``, default the host name)."""
+        self.info.clear()
+        self.info.labels(machine, __version__).set(1)
 
 
 class SessionCollector:

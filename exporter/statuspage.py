@@ -5,7 +5,7 @@ since :func:`.web.make_app` checks both before it dispatches here):
 
 - ``/``: ``statuspage.html`` (package data), one dependency-free file whose
   script polls the two endpoints below every two seconds.
-- ``/api/v1/sessions``: ``{"now", "ready", "states", "agents", "sessions",
+- ``/api/v1/sessions``: ``{"machine", "fleet", "now", "ready", "states", "agents", "sessions",
   "sessions_dropped"}``. ``sessions`` are the store's rows
   (:meth:`.store.SessionStore.rows`: the fields of ``scan --json``), most
   recently written first, cut to ``metrics.max_sessions`` like the
@@ -14,7 +14,8 @@ since :func:`.web.make_app` checks both before it dispatches here):
   names to display names; ``now`` is the exporter's clock (Unix seconds) so
   that relative times do not depend on the browser's clock; ``ready`` is
   False during the start-up scan.
-- ``/api/v1/health``: the exporter's own numbers, read from the same
+- ``/api/v1/health``: ``machine`` (config ``machine``, default the host
+  name) and the exporter's own numbers, read from the same
   instruments ``/metrics`` exposes: ``files_watched``, ``parse_errors`` and
   ``duplicates`` by provider, ``alerts_sent`` and ``alerts_failed`` by kind,
   ``last_alert`` (``{"at": Unix seconds, "kind"}`` of this run's last
@@ -57,21 +58,26 @@ def _by_label(metric, label: str) -> dict[str, float]:
     return {k: int(v) if float(v).is_integer() else v for k, v in out.items()}
 
 
-def sessions_payload(snapshot, ready: bool, now: float | None = None) -> dict:
+def sessions_payload(snapshot, ready: bool, now: float | None = None, machine: str | None = None,
+                     fleet: bool = False) -> dict:
     """The body of ``/api/v1/sessions`` from the store's ``snapshot()``
-    (``(rows, counts, dropped)``)."""
+    (``(rows, counts, dropped)``); ``machine`` is config ``machine``,
+    ``fleet`` whether ``fleet.peers`` is set (the page then polls
+    ``/api/v1/fleet``)."""
     rows, _counts, dropped = snapshot()
-    return {"now": time.time() if now is None else now, "ready": ready, "states": list(STATES),
+    return {"machine": machine, "fleet": fleet, "now": time.time() if now is None else now, "ready": ready, "states": list(STATES),
             "agents": {name: mod.LABEL for name, mod in PROVIDER_MODULES.items()},
             "sessions": rows, "sessions_dropped": dropped}
 
 
-def health_payload(metrics, last_alert, alerts_on: bool, now: float | None = None) -> dict:
+def health_payload(metrics, last_alert, alerts_on: bool, now: float | None = None,
+                   machine: str | None = None) -> dict:
     """The body of ``/api/v1/health``: ``metrics`` is the exporter's
     :class:`.metrics.Metrics`, ``last_alert()`` returns ``(Unix seconds,
     kind)`` or None."""
     last = last_alert()
     return {
+        "machine": machine,
         "now": time.time() if now is None else now,
         "files_watched": _by_label(metrics.files_watched, "provider"),
         "parse_errors": _by_label(metrics.parse_errors, "provider"),
@@ -101,10 +107,12 @@ def load_page(telemetry_path: str) -> tuple[bytes, str]:
     return text.encode(), csp
 
 
-def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_path: str):
+def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_path: str,
+               machine: str | None = None, fleet: bool = False):
     """WSGI app of ``/`` and ``/api/v1/*`` (see the module doc). ``snapshot``
     is :meth:`.store.SessionStore.snapshot`; ``ready()`` tells whether the
-    start-up scan is done."""
+    start-up scan is done; ``machine`` heads both JSON bodies; ``fleet``
+    tells the page to show ``/api/v1/fleet`` (served by :mod:`.fleet`)."""
     page, csp = load_page(telemetry_path)
 
     def reply(start_response, status: str, ctype: str, body: bytes, extra=()):
@@ -121,9 +129,9 @@ def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_
             return reply(start_response, "200 OK", "text/html; charset=utf-8", page,
                          [("Content-Security-Policy", csp), ("Referrer-Policy", "no-referrer")])
         if path == API_SESSIONS:
-            body = orjson.dumps(sessions_payload(snapshot, bool(ready())))
+            body = orjson.dumps(sessions_payload(snapshot, bool(ready()), machine=machine, fleet=fleet))
         elif path == API_HEALTH:
-            body = orjson.dumps(health_payload(metrics, last_alert, alerts_on))
+            body = orjson.dumps(health_payload(metrics, last_alert, alerts_on, machine=machine))
         else:
             return reply(start_response, "404 Not Found", "text/plain", b"Not found\n")
         return reply(start_response, "200 OK", "application/json", body)

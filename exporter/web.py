@@ -257,12 +257,16 @@ def hooks_app(inbox, max_body_bytes: int):
     return app
 
 
-def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None):
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None,
+             routes=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
     ``headers`` are added to every response; ``hooks`` is the WSGI app of
     the hook routes (:func:`hooks_app`), or None; ``status`` the WSGI app of
     ``/`` and ``/api/v1/*`` (:func:`.statuspage.status_app`), or None for a
-    plain landing page."""
+    plain landing page; ``routes`` maps exact paths to WSGI apps of other
+    modules (``/hooks/alertmanager``: :mod:`.alertmanager`, ``/api/v1/fleet``:
+    :mod:`.fleet`), served behind the same auth."""
+    routes = routes or {}
     metrics_app = make_wsgi_app(registry)
     auth = _Auth(users or {})
     extra = list((headers or {}).items())
@@ -285,6 +289,8 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
         path = environ.get("PATH_INFO") or "/"
         if path == telemetry_path:
             return metrics_app(environ, start_response)
+        if path in routes:
+            return routes[path](environ, start_response)
         if hooks is not None and path.startswith("/hooks/"):
             return hooks(environ, start_response)
         if status is not None and (path == "/" or path.startswith("/api/")):

@@ -70,6 +70,7 @@ EXPORTER_METRICS = {
     "coding_agent_turn_duration_seconds",
     "coding_agent_alert_latency_seconds",
     "coding_agent_exporter_build_info",
+    "coding_agent_exporter_info",
     "coding_agent_hook_events_total",
     "coding_agent_hook_errors_total",
     "coding_agent_user_wait_seconds",
@@ -223,7 +224,7 @@ def compose() -> dict:
 
 
 def test_compose_services(compose):
-    assert set(compose["services"]) == {"exporter", "prometheus", "grafana"}
+    assert set(compose["services"]) == {"exporter", "prometheus", "alertmanager", "grafana"}
     for name, svc in compose["services"].items():
         assert "image" in svc or "build" in svc, name
     assert compose["services"]["exporter"].get("build") in (".", {"context": "."})
@@ -457,7 +458,7 @@ def test_rules_use_known_metrics():
     names = {r["alert"] for r in rules}
     assert {"CodingAgentExporterDown", "CodingAgentTranscriptParseErrors", "CodingAgentAlertsFailing",
             "CodingAgentSessionStuckWorking", "CodingAgentSessionStalled", "CodingAgentRateLimited",
-            "CodingAgentWaitingTooLong"} <= names
+            "CodingAgentWaitingTooLong", "CodingAgentMachineSilent"} <= names
     for r in rules:
         assert {_base_metric(n) for n in _metric_names(r["expr"])} <= EXPORTER_METRICS
         assert r["labels"]["severity"] in ("info", "warning", "critical")
