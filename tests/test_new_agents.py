@@ -11,6 +11,7 @@ import os
 import time
 import uuid
 from datetime import datetime, timezone
+from pathlib import Path
 
 from harness import Exporter, Receiver, copilot_path, pi_path, wait_for
 
@@ -121,3 +122,67 @@ def test_history_line_cap_and_turns_ended_while_down(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+# -- decisions of the decoders, in process ------------------------------------------
+def _store_read(tmp_path, provider: str, name: str, data: bytes, at: float):
+    from coding_agent_exporter.metrics import Metrics
+    from coding_agent_exporter.reducer import Timing
+    from coding_agent_exporter.store import SessionStore
+
+    store = SessionStore(Metrics(), Timing(), 1 << 20)
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    os.utime(path, (at - 200, at - 200))
+    assert store.track(str(path), provider, tmp_path)
+    store.refresh(str(path), live=True, final=True)
+    _store_read.transitions = store.evaluate(at)
+    return store.rows(at)
+
+
+def test_copilot_decisions(tmp_path):
+    t = time.time() - 1000
+    start = _cp("session.start", {"sessionId": COPILOT_SID, "context": {"cwd": "/w/p"}}, t)
+    done = start + _cp_turn(t + 1)
+    # a subagent's permission prompt (top-level agentId) blocks the session: waiting
+    sub = json.loads(_cp("permission.requested", {"requestId": "r1", "permissionRequest": {"kind": "write"}}, t + 10))
+    sub["agentId"] = "call_task"
+    (row,) = _store_read(tmp_path, "copilot_cli", "a/events.jsonl", done + json.dumps(sub).encode() + b"\n", t + 200)
+    assert (row["state"], row["waiting_for"]) == ("waiting", {"reason": "permission", "tool": "write"})
+    # a permission.completed for a prompt never seen, and a session.error long after the turn end: no change
+    late = _cp("permission.completed", {"requestId": "zz", "result": {"kind": "approved"}}, t + 10) \
+        + _cp("session.error", {"errorType": "rate_limit", "statusCode": 429}, t + 60)
+    (row,) = _store_read(tmp_path, "copilot_cli", "b/events.jsonl", done + late, t + 200)
+    assert (row["state"], row["session_id"], row["project"]) == ("completed", COPILOT_SID, "p")
+    # an open ask_user call is a question; the flat layout and a copy under another name are sessions
+    iid = "i-ask"
+    ask = start + _cp("user.message", {"content": "x", "interactionId": iid}, t + 1) \
+        + _cp("tool.execution_start", {"toolCallId": "q", "toolName": "ask_user"}, t + 2)
+    (row,) = _store_read(tmp_path, "copilot_cli", f"{COPILOT_SID}.jsonl", ask, t + 200)
+    assert (row["state"], row["waiting_for"]) == ("waiting", {"reason": "question", "tool": "ask_user"})
+    from coding_agent_exporter.providers import copilot_cli
+
+    assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "events.jsonl") == (COPILOT_SID, False)
+    assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "other.jsonl") is None
+    assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "workspace.yaml") is None
+
+
+def test_pi_fork_copies_are_history_and_roots_follow_the_environment(tmp_path, monkeypatch):
+    t = time.time() - 1000
+    header = _pi({"type": "session", "version": 3, "id": PI_SID, "cwd": "/w/p", "parentSession": "/x.jsonl"}, t)
+    copied = _pi_turn(t - 500)  # the parent's entries keep their older timestamps
+    rows = _store_read(tmp_path, "pi", f"2026-01-01T00-00-00-000Z_{PI_SID}.jsonl", header + copied, t + 200)
+    (row,) = rows
+    assert (row["state"], row["session_id"]) == ("completed", PI_SID)
+    assert not any(tr.new.live for tr in _store_read.transitions)  # read live, but never news: no page
+    from coding_agent_exporter.providers import pi
+
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", "relative/ignored")
+    monkeypatch.delenv("PI_CODING_AGENT_SESSION_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert pi.default_roots() == [tmp_path / ".pi" / "agent" / "sessions"]
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", "/opt/pi")
+    assert pi.default_roots() == [Path("/opt/pi/sessions")]
+    monkeypatch.setenv("PI_CODING_AGENT_SESSION_DIR", "/srv/sessions")
+    assert pi.default_roots() == [Path("/srv/sessions")]

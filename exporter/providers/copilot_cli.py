@@ -43,6 +43,7 @@ CLI 1.0.77 and 1.0.78; see SOURCES.md there):
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from ..decode import parse_timestamp
@@ -58,6 +59,7 @@ SESSION_IN_FIRST_RECORD = True
 HOOK_SESSION_KEYS = ("session_id", "sessionId")
 
 _EVENTS_FILE = "events.jsonl"
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 _EXCERPT_CHARS = 2000
 #: A ``session.error`` this long after a turn end (seconds) is not that
 #: turn's error (the failed turn's is written a few ms after its ``turn_end``).
@@ -66,7 +68,7 @@ ERROR_AFTER_TURN_END_SECONDS = 5.0
 #: written: the open call is all the file shows).
 _WAIT_TOOLS = {"ask_user": "question"}
 _WORK_TYPES = frozenset({"assistant.reasoning", "tool.execution_start", "tool.execution_complete",
-                         "tool.execution_partial_result", "tool.execution_progress", "permission.completed"})
+                         "tool.execution_partial_result", "tool.execution_progress"})
 _MAX_TRACKED_CALLS = 256
 
 
@@ -79,17 +81,17 @@ def default_roots() -> list[Path]:
 
 def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
     """``(session_id, False)`` for ``<sessionId>/events.jsonl`` (the folder
-    names the session) or a flat ``<sessionId>.jsonl``; ``None`` for any
-    other file. ``session.start`` names the session where it is present."""
+    names the session) or a flat ``<sessionId>.jsonl`` (also a copy under
+    another name, scanned); ``None`` for anything else, e.g. another
+    ``.jsonl`` inside a session folder (a folder named by a UUID).
+    ``session.start`` names the session where it is present."""
     path = os.fspath(path)
     name = os.path.basename(path)
+    folder = os.path.basename(os.path.dirname(path))
     if name == _EVENTS_FILE:
-        return os.path.basename(os.path.dirname(path)) or None, False
-    if not name.endswith(".jsonl"):
+        return folder or None, False
+    if not name.endswith(".jsonl") or _UUID.match(folder):
         return None
-    root = os.fspath(root).rstrip(os.sep)
-    if os.path.dirname(path).rstrip(os.sep) != root:
-        return None  # some other file inside a session folder
     return name[: -len(".jsonl")], False
 
 
@@ -152,6 +154,7 @@ class FileDecoder:
         self._ended_at: float | None = None
         self._calls: dict[str, str] = {}  # open toolCallId -> toolName
         self._user_calls: dict[str, None] = {}  # toolCallIds of the user's ! commands
+        self._requests_open: dict[str, None] = {}  # requestIds of permission prompts not answered yet
 
     def project(self, obj: dict) -> Event | None:
         """One decoded line to an :class:`Event` (``None`` to ignore it)."""
@@ -162,6 +165,20 @@ class FileDecoder:
         ev = Event(META, parse_timestamp(obj.get("timestamp")), ident if isinstance(ident, str) else None,
                    detail=rtype if isinstance(rtype, str) and len(rtype) <= 64 else None)
         if not isinstance(rtype, str):
+            return ev
+        if rtype == "permission.requested":  # a subagent's prompt blocks the whole session too
+            req = data.get("permissionRequest")
+            req = req if isinstance(req, dict) else {}
+            ev.kind, ev.reason = WAIT, "permission"
+            call = req.get("toolCallId")
+            ev.tool = _name(self._calls.get(call) if isinstance(call, str) else None) or _name(req.get("kind"))
+            self._remember(self._requests_open, data.get("requestId"), None)
+            return ev
+        if rtype == "permission.completed":
+            rid = data.get("requestId")
+            if isinstance(rid, str) and rid in self._requests_open:
+                del self._requests_open[rid]
+                ev.kind = WORK  # answered: the turn goes on (a request we never saw opened changes nothing)
             return ev
         if obj.get("agentId") is not None or rtype.startswith("subagent."):
             ev.kind, ev.sidechain = ACTIVITY, True  # a subagent: never the session's own turn
@@ -183,12 +200,6 @@ class FileDecoder:
             self._remember(self._user_calls, data.get("toolCallId"), None)
         elif rtype in _WORK_TYPES:
             self._tool(rtype, data, ev)
-        elif rtype == "permission.requested":
-            req = data.get("permissionRequest")
-            req = req if isinstance(req, dict) else {}
-            ev.kind, ev.reason = WAIT, "permission"
-            call = req.get("toolCallId")
-            ev.tool = _name(self._calls.get(call) if isinstance(call, str) else None) or _name(req.get("kind"))
         elif rtype == "abort":
             ev.kind, self._in_turn = INTERRUPT, False
         elif rtype == "session.error":
