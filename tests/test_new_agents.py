@@ -100,6 +100,11 @@ def test_history_line_cap_and_turns_ended_while_down(tmp_path):
                                                                 "Pi · piproj: your turn"], receiver.messages
         assert exp.value("coding_agent_transcript_skipped_lines_total", provider="copilot_cli",
                          reason="oversized") == 1
+        # the series carry the provider label
+        for prov, sid in (("copilot_cli", COPILOT_SID), ("pi", PI_SID)):
+            assert exp.value("coding_agent_session_state", provider=prov, session_id=sid, state="completed") == 1
+            assert exp.value("coding_agent_completions_total", provider=prov, evidence="explicit") == 1
+            assert exp.value("coding_agent_transcript_lines_total", provider=prov) > 0
 
         # a Copilot turn answered, the exporter stopped before its turn_end, which is written while it is down
         turn = _cp_turn(time.time()).splitlines(keepends=True)
