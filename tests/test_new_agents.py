@@ -170,7 +170,9 @@ def test_copilot_decisions(tmp_path):
 
     assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "events.jsonl") == (COPILOT_SID, False)
     assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "other.jsonl") is None
+    assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "checkpoints" / "x.jsonl") is None
     assert copilot_cli.classify_path(tmp_path, tmp_path / COPILOT_SID / "workspace.yaml") is None
+    assert copilot_cli.classify_path(tmp_path, tmp_path / "copies" / "v1.jsonl") == ("v1", False)
 
 
 def test_pi_fork_copies_are_history_and_roots_follow_the_environment(tmp_path, monkeypatch):

@@ -83,15 +83,18 @@ def classify_path(root: Path, path: Path) -> tuple[str | None, bool] | None:
     """``(session_id, False)`` for ``<sessionId>/events.jsonl`` (the folder
     names the session) or a flat ``<sessionId>.jsonl`` (also a copy under
     another name, scanned); ``None`` for anything else, e.g. another
-    ``.jsonl`` inside a session folder (a folder named by a UUID).
+    ``.jsonl`` anywhere inside a session folder (a folder named by a UUID).
     ``session.start`` names the session where it is present."""
-    path = os.fspath(path)
+    path, root = os.fspath(path), os.fspath(root)
     name = os.path.basename(path)
-    folder = os.path.basename(os.path.dirname(path))
     if name == _EVENTS_FILE:
-        return folder or None, False
-    if not name.endswith(".jsonl") or _UUID.match(folder):
+        return os.path.basename(os.path.dirname(path)) or None, False
+    if not name.endswith(".jsonl"):
         return None
+    prefix = root.rstrip(os.sep) + os.sep
+    folders = (path[len(prefix):] if path.startswith(prefix) else path).split(os.sep)[-4:-1]
+    if any(_UUID.match(f) for f in folders):
+        return None  # inside a session folder (<sessionId>/…): not its events file
     return name[: -len(".jsonl")], False
 
 
