@@ -268,7 +268,10 @@ def main(args: argparse.Namespace) -> int:
     if urlsplit(args.url).username is not None and args.agent == "claude_code" and not args.use_command:
         print(f"note: the password is not written to the settings file; set {AUTH_ENV} to the base64 of "
               "user:password in Claude Code's environment", file=sys.stderr)
-    if args.agent == "copilot_cli" and not args.use_command:
+    if args.agent == "copilot_cli":
+        if args.use_command:  # its command hooks name a script per shell ("bash", "powershell"), not a command line
+            print("coding-agent-exporter: --command: Copilot CLI hooks are HTTP hooks here", file=sys.stderr)
+            return 2
         print(f"note: Copilot CLI sends HTTP hooks to a loopback address only when it runs with "
               f"{COPILOT_LOCALHOST_ENV}=1 in its environment", file=sys.stderr)
     if args.hooks_command == "print":

@@ -203,3 +203,5 @@ def test_copilot_cli_http_hooks_in_their_own_file_under_copilot_home(tmp_path):
     path = tmp_path / "copilot" / "hooks" / "coding-agent-exporter.json"
     assert json.loads(path.read_text()) == json.loads(cli("print", "--agent", "copilot_cli").stdout)
     assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in out.stdout + out.stderr
+    refused = cli("print", "--agent", "copilot_cli", "--command")
+    assert refused.returncode == 2 and "HTTP hooks" in refused.stderr and not refused.stdout
