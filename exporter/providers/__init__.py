@@ -9,4 +9,5 @@ from types import ModuleType
 from . import claude_code, codex, copilot_cli, pi
 
 #: Provider name (as in labels and config keys) → its module.
-PROVIDER_MODULES: dict[str, ModuleType] = {m.NAME: m for m in (claude_code, codex, copilot_cli, pi)}
+PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex,
+                                           copilot_cli.NAME: copilot_cli, pi.NAME: pi}
