@@ -35,6 +35,8 @@ class ProviderSource:
 class Sources:
     claude_code: ProviderSource = field(default_factory=ProviderSource)
     codex: ProviderSource = field(default_factory=ProviderSource)
+    copilot_cli: ProviderSource = field(default_factory=ProviderSource)
+    pi: ProviderSource = field(default_factory=ProviderSource)
     #: Use file-system events (inotify/FSEvents/…) besides polling.
     watch_events: bool = True
     #: Seconds between stat polls of every known file (the safety net).

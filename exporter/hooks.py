@@ -105,7 +105,8 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
         raise HookError("not_object" if e.reason == "not_object" else "invalid_json") from None
     if obj is None:
         raise HookError("invalid_json")
-    sid = _str(obj, "session_id", _MAX_ID_CHARS)
+    sid = next(filter(None, (_str(obj, k, _MAX_ID_CHARS) for k in getattr(mod, "HOOK_SESSION_KEYS", ("session_id",)))),
+               None)
     if sid is not None and not sid.isprintable():
         sid = None
     path = _str(obj, "transcript_path")

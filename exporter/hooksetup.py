@@ -12,6 +12,11 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
 - Codex (``~/.codex/hooks.json``; https://developers.openai.com/codex/hooks): command hooks only,
   for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``. The file's root may
   hold only ``description`` and ``hooks`` (Codex refuses other keys), so nothing else is added.
+- GitHub Copilot CLI (every ``$COPILOT_HOME/hooks/*.json``, default ``~/.copilot``; ours is
+  ``coding-agent-exporter.json``): ``Stop`` and ``Notification`` under their Claude names, as
+  ``"type": "http"`` hooks to ``<url>/hooks/copilot_cli`` (Copilot takes the nested shape below;
+  Irrlicht's Copilot adapter, 1.0.78). Copilot refuses HTTP hooks to loopback unless it runs with
+  ``COPILOT_HOOK_ALLOW_LOCALHOST=1``.
 
 Both files share one shape: ``{"hooks": {Event: [{"matcher"?: str, "hooks": [handler, …]}]}}``.
 ``install`` merges into it: the user's events, groups and handlers stay where they are; a handler
@@ -36,7 +41,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_URL = "http://127.0.0.1:9877"
-AGENTS = ("claude_code", "codex")
+AGENTS = ("claude_code", "codex", "copilot_cli")
 # A hook runs inside the agent's loop (PermissionRequest even delays the prompt): the exporter
 # answers at once, so a short timeout only matters when it hangs.
 HTTP_TIMEOUT_S = 5
@@ -54,6 +59,9 @@ CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
     "SessionEnd": None,
 }
 CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None}
+COPILOT_EVENTS = {"Notification": None, "Stop": None}
+#: Copilot CLI delivers HTTP hooks to a loopback address only with this set in its environment.
+COPILOT_LOCALHOST_ENV = "COPILOT_HOOK_ALLOW_LOCALHOST"
 
 
 class HookFileError(Exception):
@@ -64,6 +72,8 @@ def default_file(agent: str) -> Path:
     """The user-level file the agent reads hooks from (honours ``CLAUDE_CONFIG_DIR``/``CODEX_HOME``)."""
     if agent == "claude_code":
         return Path(os.environ.get("CLAUDE_CONFIG_DIR") or "~/.claude").expanduser() / "settings.json"
+    if agent == "copilot_cli":
+        return Path(os.environ.get("COPILOT_HOME") or "~/.copilot").expanduser() / "hooks" / "coding-agent-exporter.json"
     return Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "hooks.json"
 
 
@@ -89,7 +99,7 @@ AUTH_ENV = "CODING_AGENT_EXPORTER_HOOK_AUTH"
 
 
 def _handler(agent: str, url: str, command: bool, config_file: str | None) -> dict:
-    if agent == "claude_code" and not command:
+    if agent in ("claude_code", "copilot_cli") and not command:
         parts = urlsplit(url)
         handler = {"type": "http", "timeout": HTTP_TIMEOUT_S}
         if parts.username is not None:
@@ -111,7 +121,7 @@ def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, confi
     """
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r} (one of: {', '.join(AGENTS)})")
-    events = CLAUDE_EVENTS if agent == "claude_code" else CODEX_EVENTS
+    events = {"claude_code": CLAUDE_EVENTS, "copilot_cli": COPILOT_EVENTS}.get(agent, CODEX_EVENTS)
     handler = _handler(agent, url, command, config_file)
     out = {}
     for event, matcher in events.items():
@@ -227,7 +237,8 @@ def add_parser(sub) -> None:
                        help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
         if verb == "install":
             p.add_argument("--file", type=Path, metavar="PATH",
-                           help="settings file (default: ~/.claude/settings.json or ~/.codex/hooks.json)")
+                           help="settings file (default: ~/.claude/settings.json, ~/.codex/hooks.json or "
+                                "~/.copilot/hooks/coding-agent-exporter.json)")
 
 
 def check_url(url: str) -> str | None:
@@ -257,6 +268,12 @@ def main(args: argparse.Namespace) -> int:
     if urlsplit(args.url).username is not None and args.agent == "claude_code" and not args.use_command:
         print(f"note: the password is not written to the settings file; set {AUTH_ENV} to the base64 of "
               "user:password in Claude Code's environment", file=sys.stderr)
+    if args.agent == "copilot_cli":
+        if args.use_command:  # its command hooks name a script per shell ("bash", "powershell"), not a command line
+            print("coding-agent-exporter: --command: Copilot CLI hooks are HTTP hooks here", file=sys.stderr)
+            return 2
+        print(f"note: Copilot CLI sends HTTP hooks to a loopback address only when it runs with "
+              f"{COPILOT_LOCALHOST_ENV}=1 in its environment", file=sys.stderr)
     if args.hooks_command == "print":
         sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file)))
         return 0
@@ -269,6 +286,7 @@ def main(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"coding-agent-exporter: {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    restart = "Claude Code" if args.agent == "claude_code" else "Codex (then review the hooks with /hooks)"
+    restart = {"claude_code": "Claude Code", "copilot_cli": f"Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set"}.get(
+        args.agent, "Codex (then review the hooks with /hooks)")
     print(f"Restart {restart} to load them.")
     return 0

@@ -13,9 +13,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from . import __version__
 from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
+from .providers import PROVIDER_MODULES
 from .reducer import EVIDENCE, STATES
 
-PROVIDERS = ("claude_code", "codex")
+PROVIDERS = tuple(PROVIDER_MODULES)
 ALERT_KINDS = ("completed", "error", "stalled", "waiting")
 #: Hook events counted by name (``hook_event_name``); any other name counts as ``other``.
 HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure",
@@ -36,7 +37,7 @@ ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "ap
 class Metrics:
     """All instruments of one exporter instance, in their own registry.
 
-    Counters are labelled by ``provider`` (``claude_code``/``codex``) and, where
+    Counters are labelled by ``provider`` (a :data:`~.providers.PROVIDER_MODULES` name) and, where
     named, ``reason``/``evidence``/``kind``. Durations are seconds.
     """
 

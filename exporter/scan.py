@@ -169,7 +169,7 @@ def _read_files(store: SessionStore, files, progress=None, until: dict | None = 
             break
         prov = prov or sniff_provider(fp)
         if prov is None:
-            log.warning("%s: no Claude Code or Codex records found; skipped", fp)
+            log.warning("%s: no records of a known agent found; skipped", fp)
         elif store.track(fp, prov, root):
             if until is None:
                 tailer = store.files[fp].tailer

@@ -14,7 +14,8 @@ from .providers import PROVIDER_MODULES
 def configured_roots(cfg: Config) -> list[tuple[str, Path]]:
     """``[(provider, root), …]`` for every enabled provider: the configured
     ``sources.<provider>.paths`` (``~`` expanded), else the provider's default
-    root (``$CLAUDE_CONFIG_DIR/projects`` / ``$CODEX_HOME/sessions``)."""
+    root (the module's ``default_roots``: ``$CLAUDE_CONFIG_DIR/projects``,
+    ``$CODEX_HOME/sessions``, ``$COPILOT_HOME/session-state``, ``~/.pi/agent/sessions``)."""
     roots = []
     for name, mod in PROVIDER_MODULES.items():
         src = getattr(cfg.sources, name)
@@ -56,8 +57,9 @@ def describe_root(provider: str, root: Path) -> str:
         return "is not a folder"
     hint = ""
     if root.parent.name == root.name:
-        var = "CLAUDE_CONFIG_DIR" if provider == "claude_code" else "CODEX_HOME"
-        hint = f"; did you point {var} at the {root.name} folder itself? It names the folder above it"
+        var = {"claude_code": "CLAUDE_CONFIG_DIR", "codex": "CODEX_HOME", "copilot_cli": "COPILOT_HOME"}.get(provider)
+        if var:
+            hint = f"; did you point {var} at the {root.name} folder itself? It names the folder above it"
     return "does not exist yet" + hint
 
 

@@ -62,6 +62,14 @@ def codex_path(root: Path, session_id: str) -> Path:
     return root / "codex" / "sessions" / "2026" / "05" / "01" / f"rollout-2026-05-01T10-00-00-{session_id}.jsonl"
 
 
+def copilot_path(root: Path, session_id: str) -> Path:
+    return root / "copilot" / "session-state" / session_id / "events.jsonl"
+
+
+def pi_path(root: Path, session_id: str, cwd_folder: str = "--home-dev-proj--") -> Path:
+    return root / "pi" / "sessions" / cwd_folder / f"2026-05-01T10-00-00-000Z_{session_id}.jsonl"
+
+
 def append_lines(path: Path, data: bytes, delay: float) -> None:
     """Append ``data`` one physical line at a time, ``delay`` seconds apart
     (a part may begin mid-line; bytes are written as they are)."""
@@ -147,7 +155,8 @@ def merge(a: dict, b: dict) -> dict:
 class Exporter:
     """``python -m coding_agent_exporter run`` on tmp roots, with a tmp config and state dir.
 
-    ``root`` holds ``claude/projects`` and ``codex/sessions``.
+    ``root`` holds ``claude/projects``, ``codex/sessions``, ``copilot/session-state``
+    and ``pi/sessions``.
     """
 
     def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
@@ -160,7 +169,9 @@ class Exporter:
         self.port = free_port()
         cfg = merge(FAST, {
             "sources": {"claude_code": {"paths": [str(root / "claude" / "projects")]},
-                        "codex": {"paths": [str(root / "codex" / "sessions")]}},
+                        "codex": {"paths": [str(root / "codex" / "sessions")]},
+                        "copilot_cli": {"paths": [str(root / "copilot" / "session-state")]},
+                        "pi": {"paths": [str(root / "pi" / "sessions")]}},
             "state_dir": str(root / "state"),
         })
         if receiver is not None:

@@ -35,7 +35,10 @@ TIMING = {
                 "stall_after_seconds": 600.0 * K, "api_retry_grace_seconds": 30.0 * K},
     "alerts": {"settle_seconds": 2.0 if SLOW else 1.0},
 }
-PROVIDERS = {"claude": "claude_code", "codex": "codex"}
+PROVIDERS = {"claude": "claude_code", "codex": "codex", "copilot": "copilot_cli", "pi": "pi"}
+#: Where each provider's files go under the exporter root (as tests/harness.py configures it).
+BASES = {"claude_code": ("claude", "projects"), "codex": ("codex", "sessions"),
+         "copilot_cli": ("copilot", "session-state"), "pi": ("pi", "sessions")}
 SPEC = json.loads((CASES / "cases.json").read_text())
 
 
@@ -107,7 +110,7 @@ class Replay:
         self.spec = SPEC[name]
         self.provider = PROVIDERS[self.spec["provider"]]
         self.root = root
-        base = root / "claude" / "projects" if self.provider == "claude_code" else root / "codex" / "sessions"
+        base = root.joinpath(*BASES[self.provider])
         self.paths = {k: base / rel for k, rel in self.spec["files"].items()}
         self.sids = self.spec["sessions"]
         self.fds: dict[str, int] = {}
@@ -152,6 +155,17 @@ class Replay:
             if i < len(pieces) - 1 and not step.get("raw"):
                 time.sleep(delay)
 
+    def rewrite(self, step: dict) -> None:
+        """The file rewritten in place (same inode, truncated, written again:
+        a Copilot CLI rewind): lines written before keep their bytes, new
+        lines are stamped now."""
+        data = _lines({**step, "write": step["rewrite"]})
+        out = b"".join(self._restamped.get(line) or _stamp(line, time.time())
+                       for line in data.splitlines(keepends=True))
+        with open(self.paths[step["to"]], "r+b") as f:
+            f.truncate(0)
+            f.write(out)
+
     def expect(self, step: dict, exp: Exporter, receiver: Receiver) -> None:
         want = {k: (v if isinstance(v, list) else [v]) for k, v in step["expect"].items()}
         n = step.get("alerts")
@@ -195,6 +209,8 @@ class Replay:
         for step in self.spec["steps"]:
             if "write" in step:
                 data[step["to"]] = data.get(step["to"], b"") + _lines(step)
+            elif "rewrite" in step:
+                data[step["to"]] = _lines({**step, "write": step["rewrite"]})
         last = max(t for d in data.values() for t in _times(d))
         delta = time.time() - 60 - last
         for key, d in data.items():
@@ -231,6 +247,8 @@ def test_case_live(name, tmp_path):
             elif "restart" in step:
                 exp.stop()
                 exp.start()
+            elif "rewrite" in step:
+                case.rewrite(step)
             elif "hook" in step:
                 case.hook(step, exp)
             else:

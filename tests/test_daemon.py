@@ -250,7 +250,8 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
     """`python3 -m coding_agent_exporter run` with default roots on a machine with no agent
     folders: starts, says what it waits for, serves /metrics on loopback."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "COPILOT_HOME",
+                                                            "PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR")}
     env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
     log = tmp_path / "log"
     with open(log, "wb") as out:
@@ -267,6 +268,8 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
             text = log.read_text()
             assert f"waiting for claude_code folder {tmp_path}/.claude/projects" in text
             assert f"waiting for codex folder {tmp_path}/.codex/sessions" in text
+            assert f"waiting for copilot_cli folder {tmp_path}/.copilot/session-state" in text
+            assert f"waiting for pi folder {tmp_path}/.pi/agent/sessions" in text
             assert "alerts off" in text
             # the folder appears later: read
             proj = tmp_path / ".claude" / "projects" / "-p"

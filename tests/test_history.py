@@ -313,12 +313,15 @@ def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_pat
     daemon.start()
     try:
         assert daemon.ready.wait(30)
-        wait_for(lambda: daemon.history.count == {"claude_code": 0, "codex": 1}, what="the index taken")
+        from coding_agent_exporter.providers import PROVIDER_MODULES
+
+        none = dict.fromkeys(PROVIDER_MODULES, 0)  # every declared provider
+        wait_for(lambda: daemon.history.count == {**none, "codex": 1}, what="the index taken")
         assert daemon.history.get(str(old)) is not None and daemon.history.get(str(recent)) is None
         assert str(recent) in daemon.store.files
         watched = {s.labels["provider"]: s.value for m in daemon.metrics.registry.collect()
                    if m.name == "coding_agent_files_watched" for s in m.samples}
-        assert watched == {"claude_code": 1, "codex": 1}
+        assert watched == {**none, "claude_code": 1, "codex": 1}
     finally:
         daemon.stop()
 

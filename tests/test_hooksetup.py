@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -182,3 +183,25 @@ def test_claude_http_hook_with_basic_auth_keeps_the_password_out():
         assert handler["headers"] == {"Authorization": f"Basic ${AUTH_ENV}"}
         assert handler["allowedEnvVars"] == [AUTH_ENV]
         assert "pw" not in json.dumps(handler)
+
+
+def test_copilot_cli_http_hooks_in_their_own_file_under_copilot_home(tmp_path):
+    """Copilot CLI merges every ``$COPILOT_HOME/hooks/*.json``: ``Stop`` and ``Notification`` (Claude
+    names, nested shape) as HTTP hooks to ``/hooks/copilot_cli``; the loopback opt-in is said."""
+    r = cli("print", "--agent", "copilot_cli", "--url", "http://127.0.0.1:9911")
+    assert r.returncode == 0, r.stderr
+    block = json.loads(r.stdout)
+    assert list(block["hooks"]) == ["Notification", "Stop"]
+    for event in ("Notification", "Stop"):
+        (h,) = handlers(block, event)
+        assert (h["type"], h["url"]) == ("http", "http://127.0.0.1:9911/hooks/copilot_cli")
+    assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in r.stderr
+    env = {**os.environ, "COPILOT_HOME": str(tmp_path / "copilot")}
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent", "copilot_cli"],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    path = tmp_path / "copilot" / "hooks" / "coding-agent-exporter.json"
+    assert json.loads(path.read_text()) == json.loads(cli("print", "--agent", "copilot_cli").stdout)
+    assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in out.stdout + out.stderr
+    refused = cli("print", "--agent", "copilot_cli", "--command")
+    assert refused.returncode == 2 and "HTTP hooks" in refused.stderr and not refused.stdout

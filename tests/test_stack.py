@@ -675,6 +675,8 @@ def stack(tmp_path_factory):
             "sources": {
                 "claude_code": {"paths": [str(claude)]},
                 "codex": {"paths": [str(codex)]},
+                "copilot_cli": {"paths": [str(tmp / "copilot" / "session-state")]},
+                "pi": {"paths": [str(tmp / "pi" / "sessions")]},
                 "watch_events": False,  # as in the compose stack
                 "poll_interval_seconds": 0.25,
                 "max_line_bytes": 64 * 1024,
@@ -843,7 +845,9 @@ def test_dashboard_variables_return_values(stack):
         values = _api(stack["prometheus"], f"label/{m.group(2)}/values", **{"match[]": grafana_expr(m.group(1))})
         assert values, f"variable {v['name']}: no values"
     providers = _api(stack["prometheus"], "label/provider/values", **{"match[]": "coding_agent_sessions"})
-    assert set(providers) == {"claude_code", "codex"}
+    from coding_agent_exporter.providers import PROVIDER_MODULES
+
+    assert set(providers) == set(PROVIDER_MODULES)  # every declared provider, pre-created at 0
 
 
 def test_every_dashboard_panel_returns_data(stack):

@@ -1,5 +1,5 @@
-"""Real Claude Code and Codex transcripts (fixtures/transcripts, from public
-repositories; see SOURCES.md there): ``scan`` gives the right final state of
+"""Real Claude Code, Codex, Copilot CLI and Pi transcripts (fixtures/transcripts,
+from public repositories; see SOURCES.md there): ``scan`` gives the right final state of
 each whole session, and reading in arbitrary pieces equals reading whole."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from harness import ROOT, TRANSCRIPTS
 
 CC = TRANSCRIPTS / "claude_code"
 CX = TRANSCRIPTS / "codex"
+CP = TRANSCRIPTS / "copilot_cli"
+PI = TRANSCRIPTS / "pi"
 PARENT = "ae4a77f8-aedd-4bc1-888f-c94edc91af04"
 
 
@@ -175,7 +177,7 @@ def test_scan_human_output(layout):
 
 
 # -- reading in pieces equals reading whole -----------------------------------
-ALL = sorted(CC.glob("*.jsonl")) + sorted(CX.glob("*.jsonl"))
+ALL = sorted(CC.glob("*.jsonl")) + sorted(CX.glob("*.jsonl")) + sorted(CP.glob("*.jsonl")) + sorted(PI.glob("*.jsonl"))
 
 
 def _read(path: Path, provider: str, data: bytes, cuts: list[int]) -> list[dict]:
@@ -200,7 +202,7 @@ def _read(path: Path, provider: str, data: bytes, cuts: list[int]) -> list[dict]
 @given(data=st.data())
 def test_pieces_equal_whole(src, tmp_path, data):
     raw = src.read_bytes()
-    provider = "codex" if src.parent.name == "codex" else "claude_code"
+    provider = src.parent.name  # the folder is named for the provider
     cuts = data.draw(st.lists(st.integers(0, len(raw)), max_size=12))
     whole = _read(tmp_path / "whole.jsonl", provider, raw, [])
     pieces = _read(tmp_path / "pieces.jsonl", provider, raw, cuts)
@@ -248,6 +250,32 @@ AT_LAST_PLUS_120 = {
         "v0.58_cli_session.lines1-20.jsonl": ("working", None),
         "v0.58_cli_session_ends_midturn.lines272-279.jsonl": ("working", None),
     },
+    "copilot_cli": {
+        "v1.0.77_abort_user_initiated.excerpt.jsonl": ("interrupted", None),  # Esc Esc: abort, no turn_end
+        "v1.0.77_basic_turn_complete.jsonl": ("completed", "explicit"),
+        # the CLI was killed mid-turn and still wrote session.shutdown: the turn is over, not done
+        "v1.0.77_killed_mid_turn_shutdown_no_turn_end.lines22-29.jsonl": ("interrupted", None),
+        # the permission prompt was open when the driver quit (session.shutdown)
+        "v1.0.77_permission_requested_pending.jsonl": ("interrupted", None),
+        "v1.0.77_question_in_text_turn_end.jsonl": ("completed", "explicit"),  # a question in text ends a turn
+        "v1.0.77_tool_call_splits_turn.jsonl": ("completed", "explicit"),  # at the second turn_end, not the first
+        "v1.0.78_autopilot_task_complete.jsonl": ("completed", "explicit"),  # session.task_complete
+        "v1.0.78_compaction_between_turns.jsonl": ("completed", "explicit"),  # /compact after it changes nothing
+        "v1.0.78_hook_start_end_agentStop.excerpt.jsonl": ("unknown", None),  # hook runs only: no turn
+        "v1.0.78_rate_limit_429_session_error.jsonl": ("error", "rate_limit"),  # session.error after turn_end
+        "v1.0.78_subagent_failed_then_completed.jsonl": ("completed", "explicit"),  # subagent lines never end it
+        "v1.0.78_user_shell_escape_tool_user_requested.jsonl": ("completed", "explicit"),  # ! is not a turn
+    },
+    "pi": {
+        "v0.70.0_basic_turn_stop.jsonl": ("completed", "explicit"),
+        "v0.70.0_compaction_between_turns.jsonl": ("completed", "explicit"),
+        "v0.70.0_error_stopreason_unsupported_model.jsonl": ("error", "api_error"),  # stopReason error
+        "v0.70.0_esc_aborted_then_new_prompt.jsonl": ("completed", "explicit"),  # aborted, then a new turn
+        "v0.70.0_question_in_text_stop.jsonl": ("completed", "explicit"),
+        "v0.70.0_tool_call_then_stop.jsonl": ("completed", "explicit"),  # toolUse goes on, stop ends
+        "v0.70.0_user_bash_execution.jsonl": ("completed", "explicit"),  # bashExecution after it: not a turn
+        "vunknown-2026-04_everyday_session_start.lines1-6.jsonl": ("unknown", None),  # no prompt yet
+    },
 }
 
 
@@ -286,7 +314,8 @@ def test_real_file_at_last_record_plus_120s(prov, name, want, tmp_path):
     src = TRANSCRIPTS / prov / name
     f = tmp_path / name
     shutil.copy(src, f)  # mtime now: after --at
-    rows = _scan(f, at=_last_record_time(src) + 120, provider=prov)
+    last = _last_record_time(src)
+    rows = _scan(f, at=None if last is None else last + 120, provider=prov)  # no time at all: a day later
     state, how = want
     if state is None:
         assert all(r["state"] == "unknown" for r in rows) or rows == [], rows
@@ -294,3 +323,38 @@ def test_real_file_at_last_record_plus_120s(prov, name, want, tmp_path):
     (row,) = rows
     assert row["state"] == state, row
     assert how in (None, row["evidence"], row["error_kind"]), row
+
+
+# -- Copilot CLI and Pi cut where a reader meets them mid-session ------------------------
+# (provider, file, lines kept, (state, evidence / error kind / wait reason, tool)) at the
+# last kept record + 120 s.
+CUTS = [
+    # a turn_end after a tool round is not the user's turn: the next turn_start follows
+    ("copilot_cli", "v1.0.77_tool_call_splits_turn.jsonl", 11, ("working", None, None)),
+    ("copilot_cli", "v1.0.78_subagent_failed_then_completed.jsonl", 19, ("working", None, None)),
+    # a subagent's own final answer (top-level agentId) does not end the parent's turn
+    ("copilot_cli", "v1.0.78_subagent_failed_then_completed.jsonl", 27, ("working", None, None)),
+    # the permission prompt, open: waiting, for the tool whose tool.execution_start came first
+    ("copilot_cli", "v1.0.77_permission_requested_pending.jsonl", 9, ("waiting", "permission", "bash")),
+    # the failed turn's turn_end (no answer in it) before its session.error: not "your turn"
+    ("copilot_cli", "v1.0.78_rate_limit_429_session_error.jsonl", 12, ("working", None, None)),
+    # autopilot: an answer's turn_end is followed by Copilot's own continuation
+    ("copilot_cli", "v1.0.78_autopilot_task_complete.jsonl", 18, ("working", None, None)),
+    # the first prompt answered, before the ! command
+    ("copilot_cli", "v1.0.78_user_shell_escape_tool_user_requested.jsonl", 12, ("completed", "explicit", None)),
+    ("pi", "v0.70.0_tool_call_then_stop.jsonl", 6, ("working", None, None)),  # toolUse, toolResult
+    ("pi", "v0.70.0_esc_aborted_then_new_prompt.jsonl", 5, ("interrupted", None, None)),  # stopReason aborted
+]
+
+
+@pytest.mark.parametrize("prov,name,keep,want", CUTS, ids=[f"{c[1]}:{c[2]}" for c in CUTS])
+def test_cut_at_last_kept_record_plus_120s(prov, name, keep, want, tmp_path):
+    lines = (TRANSCRIPTS / prov / name).read_bytes().splitlines(keepends=True)[:keep]
+    f = tmp_path / name
+    f.write_bytes(b"".join(lines))
+    (row,) = _scan(f, at=_last_record_time(f) + 120, provider=prov)
+    state, how, tool = want
+    assert row["state"] == state, row
+    assert how in (None, row["evidence"], row["error_kind"], (row.get("waiting_for") or {}).get("reason")), row
+    if tool:
+        assert row["waiting_for"]["tool"] == tool, row
