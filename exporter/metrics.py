@@ -25,8 +25,10 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
                       "unreadable_spool", "expired")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
-USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
-ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
+USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation", "worker_request",
+                     "sandbox_request", "goal_proposal")
+ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response",
+               "agent_exited")
 
 
 class Metrics:
