@@ -501,3 +501,89 @@ def test_after_a_restart_only_live_transitions_page(tmp_path):
         exp.stop()
         receiver.close()
         a.close()
+
+
+def test_clear_is_followed_to_the_new_session(env, tmp_path):
+    exp, receiver, folder, agents, _w = env
+    old, new = "rg000000-0000-4000-8000-000000000031", "rg000000-0000-4000-8000-000000000032"
+    a = Agent(folder, old)
+    agents.append(a)
+    s1, p1 = _session(tmp_path, old)
+    write(p1, s1.prompt() + s1.text() + s1.turn_duration())
+    a.write("idle")
+    exp.wait_state(old, "completed")
+    a.sid = new  # /clear: the same pid and procStart under a new sessionId
+    a.write("idle")
+    s2, p2 = _session(tmp_path, new)
+    write(p2, s2.prompt() + s2.tool_use())
+    a.write("busy")
+    exp.wait_state(new, "working")
+    a.write("waiting", "permission prompt")
+    exp.wait_state(new, "waiting", timeout=5)
+    wait_for(lambda: len(alerts_for(receiver, new)) == 1, what="the waiting page")
+    a.kill()
+    exp.wait_state(new, "error", timeout=5)
+    assert exp.state(old) == "completed"
+    wait_for(lambda: len(alerts_for(receiver, new)) == 2, what="the waiting and agent_exited pages")
+    time.sleep(1.0)
+    assert len(alerts_for(receiver, old)) == 1  # its completion only
+
+
+def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path):
+    exp, receiver, folder, agents, _w = env
+    sid = "rg000000-0000-4000-8000-000000000041"
+    a = Agent(folder, sid)
+    agents.append(a)
+    s, path = _session(tmp_path, sid)
+    plan = s.line(s._base(type="assistant", message={
+        "id": "msg_plan", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": None,
+        "content": [{"type": "tool_use", "id": "toolu_plan", "name": "ExitPlanMode", "input": {"plan": "p"}}]}))
+    write(path, s.prompt() + plan)
+    a.write("busy")
+    time.sleep(0.08)
+    a.write("waiting", "permission prompt")
+    exp.wait_state(sid, "waiting")
+    time.sleep(2.0)
+    assert api_row(exp, sid)["waiting_for"]["reason"] == "plan"
+    assert len(alerts_for(receiver, sid)) == 1 and "plan" in alerts_for(receiver, sid)[0]["title"]
+
+
+def test_esc_at_the_prompt_is_interrupted_not_working(env, tmp_path):
+    """2.1.332 ``tui_permission_deny_esc``: the rejection and the interrupt
+    reach the transcript ~20 ms before the record says ``idle``."""
+    exp, receiver, folder, agents, _w = env
+    sid = "rg000000-0000-4000-8000-000000000051"
+    a = Agent(folder, sid)
+    agents.append(a)
+    s, path = _session(tmp_path, sid)
+    write(path, s.prompt() + s.tool_use())
+    a.write("busy")
+    time.sleep(0.08)
+    a.write("waiting", "permission prompt")
+    exp.wait_state(sid, "waiting")
+    wait_for(lambda: len(alerts_for(receiver, sid)) == 1, what="the waiting page")
+    rejected = s.tool_result("The user doesn't want to proceed with this tool use.")
+    write(path, rejected + s.line(s._base(type="user", message={
+        "role": "user", "content": [{"type": "text", "text": "[Request interrupted by user for tool use]"}]})))
+    time.sleep(0.02)
+    a.write("idle")
+    exp.wait_state(sid, "interrupted")
+    time.sleep(1.5)
+    assert exp.state(sid) == "interrupted"
+    assert len(alerts_for(receiver, sid)) == 1  # the wait's page only
+
+
+def test_idle_ends_a_wait_only_the_registry_reported(env, tmp_path):
+    exp, receiver, folder, agents, _w = env
+    sid = "rg000000-0000-4000-8000-000000000061"
+    a = Agent(folder, sid)
+    agents.append(a)
+    s, path = _session(tmp_path, sid)
+    write(path, s.prompt() + s.tool_use())
+    a.write("busy")
+    a.write("waiting", "goal proposal")
+    exp.wait_state(sid, "waiting")
+    assert api_row(exp, sid)["waiting_for"]["reason"] == "goal_proposal"
+    a.write("idle")
+    exp.wait_state(sid, "working")
+    assert api_row(exp, sid)["source"] == "registry"
