@@ -309,6 +309,10 @@ class Registry:
             return False
 
     def _step(self, daemon) -> bool:
+        if self._first:
+            for folder in self.folders:
+                log.info("reading Claude Code's session registry in %s (it %s)", folder,
+                         "exists" if folder.is_dir() else "does not exist yet")
         now_m = time.monotonic()
         with self._lock:
             dirty, self._dirty = self._dirty, set()

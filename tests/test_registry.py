@@ -587,3 +587,26 @@ def test_idle_ends_a_wait_only_the_registry_reported(env, tmp_path):
     a.write("idle")
     exp.wait_state(sid, "working")
     assert api_row(exp, sid)["source"] == "registry"
+
+
+def test_config_folders(tmp_path, monkeypatch):
+    from coding_agent_exporter.config import ConfigError, from_mapping
+    from coding_agent_exporter.registry import folders_of
+    from coding_agent_exporter.sources import configured_roots
+
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cc"))
+    cfg = from_mapping({})
+    assert cfg.sources.claude_code.registry.enabled
+    assert folders_of(cfg, configured_roots(cfg)) == [tmp_path / "cc" / "sessions"]
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR")
+    cfg = from_mapping({})
+    assert folders_of(cfg, configured_roots(cfg)) == [Path.home() / ".claude" / "sessions"]
+    cfg = from_mapping({"sources": {"claude_code": {"paths": [str(tmp_path / "a" / "projects")]}}})
+    assert folders_of(cfg, configured_roots(cfg)) == [tmp_path / "a" / "sessions"]
+    cfg = from_mapping({"sources": {"claude_code": {"registry": {"path": str(tmp_path / "reg")}}}})
+    assert folders_of(cfg, configured_roots(cfg)) == [tmp_path / "reg"]
+    for off in ({"registry": {"enabled": False}}, {"enabled": False}):
+        cfg = from_mapping({"sources": {"claude_code": off}})
+        assert folders_of(cfg, configured_roots(cfg)) == []
+    with pytest.raises(ConfigError, match="sources.codex.registry: unknown key"):
+        from_mapping({"sources": {"codex": {"registry": {}}}})
