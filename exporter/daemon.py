@@ -87,7 +87,7 @@ class Daemon:
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
         #: Claude Code's session registry, stepped by the reader thread.
-        self.registry = Registry.from_config(cfg, self.metrics, self.queue.wake, self.roots)
+        self.registry = Registry.from_config(cfg, self.metrics, self.queue.put, self.roots)
         #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
         #: and applied again at the next start: a wait only a hook reported
         #: outlives a restart.

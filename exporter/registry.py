@@ -69,15 +69,18 @@ def folders_of(cfg: Config, roots: list[tuple[str, Path]]) -> list[Path]:
 
 
 def own_pid_domain() -> tuple[str, str] | None:
-    """This host's ``(boot id, pid namespace)`` as Claude Code writes them in
-    ``pidDomain`` (Linux: ``/proc/sys/kernel/random/boot_id`` without dashes,
-    ``readlink /proc/self/ns/pid``), or None elsewhere."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip().replace("-", "")
-        return boot, os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return None
+    """This host's ``(machine id, pid namespace)`` as Claude Code 2.1.332
+    writes them in ``pidDomain`` (Linux: ``/etc/machine-id``, ``readlink
+    /proc/self/ns/pid``; checked against the real records of
+    ``shared/live-agents``), or None elsewhere."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path) as f:
+                machine = f.read().strip()
+            return machine, os.readlink("/proc/self/ns/pid")
+        except OSError:
+            continue
+    return None
 
 
 def process_started(pid: int) -> float | None:
@@ -120,11 +123,14 @@ class Registry:
     """Follows registry folders; :meth:`step` (called by the reader thread on
     every round) reads what changed, checks liveness every
     ``poll_interval`` seconds and on every file event, and applies the
-    evidence. ``wake`` is called from the file-event thread.
+    evidence. ``wake(path)`` is called from the file-event thread with the
+    changed record's path: the daemon's ``ChangeQueue.put``, whose reader
+    then wakes at once even when it was busy (a bare notify would be lost);
+    the daemon's transcript reader ignores such a path (not ``.jsonl``).
 
     Metrics: ``coding_agent_registry_records`` (records whose process is
     alive), ``coding_agent_registry_records_skipped_total{reason}`` (cut
-    JSON, too large, invalid, no status, a foreign pid namespace).
+    JSON, too large, invalid, no status, another machine's or container's pids).
     """
 
     def __init__(self, folders: list[Path], metrics, wake=None, poll_interval: float = 2.0,
@@ -132,7 +138,7 @@ class Registry:
         self.folders = folders
         self.max_bytes = max_bytes
         self.poll_interval = poll_interval
-        self._wake = wake or (lambda: None)
+        self._wake = wake or (lambda path: None)
         self._entries: dict[str, _Entry] = {}
         self._dirty: set[str] = set()
         self._lock = threading.Lock()
@@ -177,7 +183,7 @@ class Registry:
     def _changed(self, path: str) -> None:
         with self._lock:
             self._dirty.add(path)
-        self._wake()
+        self._wake(path)
 
     def stop(self) -> None:
         if self._observer is not None:
@@ -266,8 +272,10 @@ class Registry:
             return True
         if self._domain is not None and rec.pid_domain:
             parts = creg.pid_domain(rec.pid_domain)
-            if parts is not None and parts[0] == self._domain[0] and parts[1] != self._domain[1]:
-                self._skip(e, key, "foreign_pid_namespace")  # another container's pids: liveness unknowable
+            if parts is not None and parts != self._domain:
+                # another machine (a shared home folder) or another container's
+                # pids: their liveness cannot be known from here
+                self._skip(e, key, "foreign_pid_domain")
                 return True
         if e.rec is None or e.rec.pid != rec.pid or e.rec.proc_start != rec.proc_start:
             e.alive, e.gone, e.prev = None, False, None  # another process (or its first reading)
@@ -280,10 +288,6 @@ class Registry:
 
     def _alive(self, rec: creg.Record) -> bool:
         """The record's process is alive and started when ``procStart`` says."""
-        if self._domain is not None and rec.pid_domain:
-            parts = creg.pid_domain(rec.pid_domain)
-            if parts is not None and parts[0] != self._domain[0]:
-                return False  # written before this boot
         try:
             started = process_started(rec.pid)
         except psutil.AccessDenied:

@@ -30,7 +30,7 @@ from coding_agent_exporter.events import END, ERROR, WAIT, WAIT_REASONS, WORK
 from coding_agent_exporter.metrics import USER_WAIT_REASONS
 from coding_agent_exporter.alerts import WAIT_TITLES
 from coding_agent_exporter.providers import claude_registry as creg
-from coding_agent_exporter.registry import Registry, process_started
+from coding_agent_exporter.registry import Registry, _Entry, own_pid_domain, process_started
 from harness import Exporter, Receiver, claude_path, wait_for
 from test_hardening_support import ClaudeSession, alerts_for, write
 
@@ -62,6 +62,9 @@ class Agent:
                "procStart": self.proc_start, "version": "2.1.332", "peerProtocol": 1, "kind": "interactive",
                "entrypoint": "cli", "messagingSocketPath": f"/tmp/cc-socks/{self.pid}.sock", "name": self.name,
                "nameSource": "derived", "nameSince": self.started}
+        domain = own_pid_domain()
+        if domain is not None:  # as 2.1.332 writes it
+            rec["pidDomain"] = f"linux:{domain[0]}:{domain[1]}"
         if status is not None:
             rec.update(status=status, updatedAt=now, statusUpdatedAt=now)
         if waiting_for is not None:
@@ -223,10 +226,6 @@ def test_liveness_with_a_real_process(tmp_path):
         assert process_started(child.pid) == pytest.approx(psutil.Process(child.pid).create_time())
         reused = creg.parse(json.dumps({**base, "pid": child.pid, "procStart": str(int(ticks) - 500)}).encode())
         assert not reg._alive(reused)  # the same pid, another process's start
-        other_boot = creg.parse(json.dumps({**base, "pid": child.pid, "procStart": ticks,
-                                            "pidDomain": "linux:00000000000000000000000000000000:pid:[1]"}).encode())
-        if reg._domain is not None:
-            assert not reg._alive(other_boot)  # written before this boot
         child.send_signal(signal.SIGKILL)
         wait_for(lambda: process_started(child.pid) is None, what="a zombie reads as dead")
         assert not reg._alive(rec)
@@ -610,3 +609,26 @@ def test_config_folders(tmp_path, monkeypatch):
         assert folders_of(cfg, configured_roots(cfg)) == []
     with pytest.raises(ConfigError, match="sources.codex.registry: unknown key"):
         from_mapping({"sources": {"codex": {"registry": {}}}})
+
+
+def test_pid_domain_of_another_machine_or_container(tmp_path):
+    from coding_agent_exporter.metrics import Metrics
+
+    domain = own_pid_domain()
+    real = json.loads((Path(__file__).parent / "fixtures" / "claude_sessions" / "v2.1.226_cli_idle_linux.json")
+                      .read_bytes())
+    assert creg.pid_domain("linux:3d1219c7c4c5404aaa1f6d2a48adfda4:pid:[4026531836]") == (
+        "3d1219c7c4c5404aaa1f6d2a48adfda4", "pid:[4026531836]")  # 2.1.332, shared/live-agents
+    if domain is None:
+        pytest.skip("no machine id here")
+    m = Metrics()
+    reg = Registry([tmp_path], m)
+    for n, (machine, ns, used) in enumerate(((domain[0], domain[1], True), ("0" * 32, domain[1], False),
+                                             (domain[0], "pid:[1]", False))):
+        path = tmp_path / f"{1000 + n}.json"
+        path.write_text(json.dumps({**real, "pid": 1000 + n, "pidDomain": f"linux:{machine}:{ns}"}))
+        e = _Entry()
+        reg._read(str(path), e)
+        assert (e.rec is not None) == used
+    assert m.registry.get_sample_value("coding_agent_registry_records_skipped_total",
+                                       {"reason": "foreign_pid_domain"}) == 2

@@ -49,7 +49,7 @@ STATUSES = ("busy", "idle", "waiting", "shell")
 WAIT_FOR = {"permission prompt": "permission", "input needed": "question", "worker request": "worker_request",
             "sandbox request": "sandbox_request", "goal proposal": "goal_proposal"}
 #: Skip reasons (``coding_agent_registry_records_skipped_total{reason}``).
-SKIP_REASONS = ("cut", "too_large", "invalid", "no_status", "foreign_pid_namespace")
+SKIP_REASONS = ("cut", "too_large", "invalid", "no_status", "foreign_pid_domain")
 #: Seconds between 1601-01-01 (FILETIME epoch) and 1970-01-01.
 _FILETIME_EPOCH = 11644473600
 
@@ -73,7 +73,7 @@ class Record:
     ``status_at``: ``statusUpdatedAt`` (else ``updatedAt``) in Unix seconds;
     ``started_at``: ``startedAt`` in Unix seconds (or None); ``waiting_for``
     only with ``status == "waiting"``; ``pid_domain``: ``pidDomain``
-    (2.1.3xx, ``linux:<boot id>:pid:[<pid namespace inode>]``) or None.
+    (2.1.3xx, ``linux:<machine id>:pid:[<pid namespace inode>]``) or None.
     """
 
     pid: int
@@ -173,8 +173,9 @@ def proc_start_seconds(proc_start: str, boot_time: float, clock_ticks: int = 100
 
 
 def pid_domain(value: str) -> tuple[str, str] | None:
-    """``pidDomain`` (2.1.332: ``linux:<boot id hex>:pid:[<namespace inode>]``)
-    as ``(boot id, "pid:[<inode>]")``, or None for another form."""
+    """``pidDomain`` (2.1.332: ``linux:<machine id>:pid:[<namespace inode>]``,
+    the machine id as in ``/etc/machine-id``) as ``(machine id,
+    "pid:[<inode>]")``, or None for another form."""
     parts = value.split(":", 2)
     if len(parts) != 3 or parts[0] != "linux" or not parts[2].startswith("pid:["):
         return None
