@@ -381,13 +381,24 @@ class Registry:
         return s.reducer.status(time.time(), s.last_write)
 
     def _apply(self, daemon, s, ev, ident: str, history: bool) -> bool:
+        """Apply ``ev`` to session ``s`` as a hook delivery named ``registry``
+        (identity ``ident``, hashed). Live evidence is kept with the hook
+        deliveries in the checkpoint, so that after a restart a wait that a
+        hook and the registry both reported has the same key (one page)."""
+        import hashlib
+
         from .hooks import HookDelivery
 
         if history:
             ev.replayed = True  # found so at start-up: shown, never news
             daemon._carry.discard((PROVIDER, s.session_id))
+        ident = "registry:" + hashlib.blake2b(ident.encode(), digest_size=12).hexdigest()
         d = HookDelivery(PROVIDER, "registry", s.session_id, None, None, ev, ident)
-        return daemon.store.apply_hook(d, may_create=False) is not None
+        if daemon.store.apply_hook(d, may_create=False) is None:
+            return False
+        if not history:
+            daemon._keep_hook(s, d)
+        return True
 
     def _apply_reading(self, daemon, e: _Entry) -> bool:
         rec = e.rec

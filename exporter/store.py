@@ -417,7 +417,8 @@ class SessionStore:
     # -- hooks -------------------------------------------------------------
     def apply_hook(self, d, may_create: bool = True) -> Session | None:
         """Apply one :class:`~.hooks.HookDelivery` (news, unless its event is
-        ``replayed``; its ``source`` is ``hook`` unless it names another). It joins
+        ``replayed``; its ``source`` is ``hook``, ``registry`` for the session
+        registry's, saved ones included). It joins
         its session by ``transcript_path`` (the file's session, a subagent
         rollout's parent included), else by ``session_id``; a session no
         transcript told of yet is made from the hook only when
@@ -449,7 +450,7 @@ class SessionStore:
             s.seq += 1
             s.counters.events += 1
             s.last_write = max(s.last_write, ev.ts)
-            ev.source = ev.source or "hook"
+            ev.source = ev.source or ("registry" if d.name == "registry" else "hook")
             s.reducer.apply(ev, s.seq, not ev.replayed, f"{s.session_id}:{d.ident}")
             self._dirty.add((s.provider, s.session_id))
         return s

@@ -632,3 +632,38 @@ def test_pid_domain_of_another_machine_or_container(tmp_path):
         assert (e.rec is not None) == used
     assert m.registry.get_sample_value("coding_agent_registry_records_skipped_total",
                                        {"reason": "foreign_pid_domain"}) == 2
+
+
+def test_a_wait_both_reported_pages_once_across_a_restart(tmp_path):
+    import urllib.request
+
+    receiver = Receiver()
+    folder = tmp_path / "claude" / "sessions"
+    sid = "rg000000-0000-4000-8000-000000000071"
+    a = Agent(folder, sid)
+    s, path = _session(tmp_path, sid)
+    write(path, s.prompt() + s.tool_use())
+    a.write("busy")
+    exp = Exporter(tmp_path, receiver=receiver).start()
+    try:
+        exp.wait_state(sid, "working")
+        a.write("waiting", "permission prompt")
+        exp.wait_state(sid, "waiting")
+        body = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code",
+                                                      data=json.dumps(body).encode(), method="POST"), timeout=5)
+        wait_for(lambda: len(alerts_for(receiver, sid)) == 1, what="the waiting page")
+        time.sleep(5.5)  # a periodic checkpoint
+        exp.stop()
+        exp = Exporter(tmp_path, receiver=receiver).start()
+        exp.wait_state(sid, "waiting")
+        assert api_row(exp, sid)["source"] == "registry"
+        time.sleep(2.5)
+        assert len(alerts_for(receiver, sid)) == 1, [m["title"] for m in receiver.messages]
+        a.write("busy")
+        exp.wait_state(sid, "working")
+    finally:
+        exp.stop()
+        receiver.close()
+        a.close()
