@@ -45,6 +45,12 @@ PROVIDER = "claude_code"
 #: ``procStart`` (1 s resolution on macOS; FILETIME and clock ticks are
 #: finer). A pid reused within a second of the same start is not plausible.
 START_TOLERANCE_SECONDS = 1.5
+#: How long an ``idle``/``shell`` reading waits before it ends a wait the
+#: registry reported: Claude Code 2.1.332 flushes the rejection and
+#: "[Request interrupted by user for tool use]" to the transcript tens of ms
+#: after the record says ``idle`` (an Esc at the prompt), and the transcript
+#: decides what the end of the wait was.
+IDLE_GRACE_SECONDS = 1.0
 #: Records followed at most (more ``<pid>.json`` files are left unread).
 MAX_RECORDS = 10_000
 _WATCHED_EVENTS = [wd_events.FileCreatedEvent, wd_events.FileModifiedEvent, wd_events.FileMovedEvent,
@@ -411,6 +417,10 @@ class Registry:
         reg_wait = w.since if w is not None and st.state == "waiting" and st.wait == w.key else None
         ev = creg.evidence(rec, e.prev, st.state, reg_wait)
         if ev is None:
+            return False
+        if reg_wait is not None and ev.ts == reg_wait and rec.status_at is not None \
+                and time.time() - rec.status_at < IDLE_GRACE_SECONDS:
+            e.applied = None  # tried again at the next round: the transcript may still say more
             return False
         ok = self._apply(daemon, s, ev, f"registry:{rec.pid}:{rec.status}:{rec.waiting_for}:{rec.status_at}",
                          history=False)

@@ -548,8 +548,9 @@ def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path):
 
 
 def test_esc_at_the_prompt_is_interrupted_not_working(env, tmp_path):
-    """2.1.332 ``tui_permission_deny_esc``: the rejection and the interrupt
-    reach the transcript ~20 ms before the record says ``idle``."""
+    """2.1.332 ``tui_permission_deny_esc``: the record says ``idle`` and the
+    rejection and the interrupt reach the transcript just after; the
+    session goes from ``waiting`` to ``interrupted``, never ``working``."""
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000051"
     a = Agent(folder, sid)
@@ -562,13 +563,16 @@ def test_esc_at_the_prompt_is_interrupted_not_working(env, tmp_path):
     exp.wait_state(sid, "waiting")
     wait_for(lambda: len(alerts_for(receiver, sid)) == 1, what="the waiting page")
     rejected = s.tool_result("The user doesn't want to proceed with this tool use.")
-    write(path, rejected + s.line(s._base(type="user", message={
-        "role": "user", "content": [{"type": "text", "text": "[Request interrupted by user for tool use]"}]})))
-    time.sleep(0.02)
-    a.write("idle")
-    exp.wait_state(sid, "interrupted")
-    time.sleep(1.5)
-    assert exp.state(sid) == "interrupted"
+    interrupt = s.line(s._base(type="user", message={
+        "role": "user", "content": [{"type": "text", "text": "[Request interrupted by user for tool use]"}]}))
+    a.write("idle")  # the record first; the transcript lines reach the disk tens of ms later
+    time.sleep(0.05)
+    write(path, rejected + interrupt)
+    seen = []
+    for _ in range(60):
+        seen.append(exp.state(sid))
+        time.sleep(0.025)
+    assert "working" not in seen and seen[-1] == "interrupted", seen
     assert len(alerts_for(receiver, sid)) == 1  # the wait's page only
 
 
