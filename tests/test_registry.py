@@ -377,14 +377,16 @@ def test_hook_and_registry_report_one_wait(env, tmp_path):
     write(path, s.prompt() + s.tool_use())
     a.write("busy")
     exp.wait_state(sid, "working")
-    a.write("waiting", "permission prompt")
     body = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
             "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
     import urllib.request
     urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code",
                                                   data=json.dumps(body).encode(), method="POST"), timeout=5)
     exp.wait_state(sid, "waiting")
+    assert api_row(exp, sid)["source"] == "hook"
+    a.write("waiting", "permission prompt")  # the same prompt, seen by the registry
     time.sleep(2.5)
+    assert api_row(exp, sid)["source"] == "hook"
     assert len(alerts_for(receiver, sid)) == 1
     assert api_row(exp, sid)["waiting_for"] == {"reason": "permission", "tool": "Bash"}
 
