@@ -32,7 +32,8 @@ class Kind(enum.IntEnum):
       or plan approval pending in the transcript (Claude ``AskUserQuestion``/
       ``ExitPlanMode`` tool_use, Codex ``request_user_input`` function_call)
       or a permission prompt/elicitation reported by a hook
-      (``PermissionRequest``, ``Notification``). ``reason`` and ``tool`` say
+      (``PermissionRequest``, ``Notification``) or by Claude Code's session
+      registry (``status: waiting``). ``reason`` and ``tool`` say
       what it waits for. The turn's next main-thread record ends it.
     - ``END``: the agent's session ended (Claude ``SessionEnd`` hook): ends a
       wait or an unfinished turn as ``interrupted``; changes nothing else.
