@@ -109,7 +109,6 @@ class _Entry:
 
     stat: tuple | None = None  # (ino, size, mtime_ns, ctime_ns) of the last read attempt
     rec: creg.Record | None = None  # the last whole record
-    prev: creg.Record | None = None  # the reading before it (same session)
     alive: bool | None = None  # its process, at the last check
     applied: tuple | None = None  # rec.key already turned into evidence (or found to be none)
     gone: bool = False  # its process's end was already told
@@ -284,12 +283,8 @@ class Registry:
                 self._skip(e, key, "foreign_pid_domain")
                 return True
         if e.rec is None or e.rec.pid != rec.pid or e.rec.proc_start != rec.proc_start:
-            e.alive, e.gone, e.prev = None, False, None  # another process (or its first reading)
-        elif e.rec.session_id == rec.session_id:
-            e.prev = e.rec
-        else:
-            e.prev = None  # /clear: the same process under a new session id
-        e.rec = rec
+            e.alive, e.gone = None, False  # another process (or its first reading)
+        e.rec = rec  # (a /clear: the same process under a new session id, followed from here)
         return True
 
     def _alive(self, rec: creg.Record) -> bool:
@@ -415,7 +410,7 @@ class Registry:
         st = self._state(s)
         w = self._waits.get(rec.session_id)
         reg_wait = w.since if w is not None and st.state == "waiting" and st.wait == w.key else None
-        ev = creg.evidence(rec, e.prev, st.state, reg_wait)
+        ev = creg.evidence(rec, st.state, reg_wait)
         if ev is None:
             return False
         if reg_wait is not None and ev.ts == reg_wait and rec.status_at is not None \

@@ -250,23 +250,23 @@ def _rec(status, waiting_for=None, at=1000.0):
                                                 ("sandbox request", "sandbox_request"),
                                                 ("goal proposal", "goal_proposal")])
 def test_waits(waiting_for, reason):
-    ev = creg.evidence(_rec("waiting", waiting_for), None, "working", None)
+    ev = creg.evidence(_rec("waiting", waiting_for), "working", None)
     assert (ev.kind, ev.reason, ev.ts, ev.source) == (WAIT, reason, 1000.0, "registry")
     assert reason in WAIT_REASONS and reason in USER_WAIT_REASONS and reason in WAIT_TITLES
 
 
 def test_mapping_of_the_other_statuses():
     # dialog open waits on nobody; busy is work only where it answers a wait
-    assert creg.evidence(_rec("waiting", "dialog open"), None, "working", None) is None
-    assert creg.evidence(_rec("busy"), None, "working", None) is None
-    assert creg.evidence(_rec("busy"), None, "completed", None) is None
-    ev = creg.evidence(_rec("busy", at=1005.0), None, "waiting", None)
+    assert creg.evidence(_rec("waiting", "dialog open"), "working", None) is None
+    assert creg.evidence(_rec("busy"), "working", None) is None
+    assert creg.evidence(_rec("busy"), "completed", None) is None
+    ev = creg.evidence(_rec("busy", at=1005.0), "waiting", None)
     assert (ev.kind, ev.ts) == (WORK, 1005.0)
     # idle and shell end only a wait the registry reported, at that wait's time; never a turn end
     for status in ("idle", "shell"):
-        assert creg.evidence(_rec(status), None, "working", None) is None
-        assert creg.evidence(_rec(status), None, "waiting", None) is None
-        ev = creg.evidence(_rec(status, at=1009.0), None, "waiting", 1001.0)
+        assert creg.evidence(_rec(status), "working", None) is None
+        assert creg.evidence(_rec(status), "waiting", None) is None
+        ev = creg.evidence(_rec(status, at=1009.0), "waiting", 1001.0)
         assert (ev.kind, ev.ts) == (WORK, 1001.0)
     # the process gone
     for state in ("working", "waiting", "stalled"):
@@ -296,7 +296,7 @@ def test_the_real_2_1_332_flips_in_order():
         except creg.RecordSkipped:
             got.append(("skip", None))
             continue
-        ev = creg.evidence(rec, None, state, reg_wait)
+        ev = creg.evidence(rec, state, reg_wait)
         got.append((rec.status, ev.kind if ev else None))
         if ev is not None and ev.kind == WAIT:
             state, reg_wait = "waiting", ev.ts

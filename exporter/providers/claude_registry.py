@@ -182,7 +182,7 @@ def pid_domain(value: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
-def evidence(rec: Record, prev: Record | None, state: str, registry_wait: float | None) -> Event | None:
+def evidence(rec: Record, state: str, registry_wait: float | None) -> Event | None:
     """What a new reading of a live process's record means for its session,
     whose state is ``state`` now; ``registry_wait`` is the record time of the
     wait the registry reported that is still the session's state (or None).
