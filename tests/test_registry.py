@@ -673,3 +673,31 @@ def test_a_wait_both_reported_pages_once_across_a_restart(tmp_path):
         exp.stop()
         receiver.close()
         a.close()
+
+
+def test_size_cap_and_a_link_to_a_key_file(tmp_path):
+    """A record over ``max_record_bytes`` is skipped unread; a ``<pid>.json``
+    that is a symbolic link (here to a ``.key`` file) or a FIFO is never opened."""
+    from coding_agent_exporter.metrics import Metrics
+
+    m = Metrics()
+    reg = Registry([tmp_path], m, max_bytes=1024)
+    real = json.loads((FIXTURES / "v2.1.226_cli_idle_linux.json").read_bytes())
+    big = tmp_path / "1001.json"
+    big.write_text(json.dumps({**real, "pid": 1001, "padding": "x" * 2000}))
+    place(tmp_path, "1002.0badc0de.key", "sk-ant-KEYFILE-SECRET")
+    os.symlink(tmp_path / "1002.0badc0de.key", tmp_path / "1002.json")
+    os.mkfifo(tmp_path / "1003.json")
+    watch = OpenWatch(tmp_path)
+    try:
+        time.sleep(0.2)
+        for pid in (1001, 1002, 1003):
+            e = _Entry()
+            assert reg._read(str(tmp_path / f"{pid}.json"), e) and e.rec is None
+        time.sleep(0.3)
+        assert watch.opened == []
+    finally:
+        watch.close()
+    value = m.registry.get_sample_value
+    assert value("coding_agent_registry_records_skipped_total", {"reason": "too_large"}) == 1
+    assert value("coding_agent_registry_records_skipped_total", {"reason": "invalid"}) == 2
