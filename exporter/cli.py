@@ -222,6 +222,10 @@ def _check(cfg) -> int:
     for prov in PROVIDER_MODULES:
         if not getattr(cfg.sources, prov).enabled:
             print(f"{prov}: disabled (sources.{prov}.enabled: false)")
+    from .registry import folders_of
+
+    for folder in folders_of(cfg, configured_roots(cfg)):
+        print(f"claude_code session registry: {folder} ({'exists' if folder.is_dir() else 'does not exist yet'})")
     print(f"state_dir: {cfg.resolved_state_dir()}")
     print(describe_targets(cfg))
     try:

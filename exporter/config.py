@@ -32,8 +32,25 @@ class ProviderSource:
 
 
 @dataclass
+class Registry:
+    """Claude Code's live session registry (``<pid>.json`` per process)."""
+
+    enabled: bool = True
+    #: The registry folder; empty: ``sessions`` beside each Claude Code
+    #: projects folder (``$CLAUDE_CONFIG_DIR/sessions``, else ``~/.claude/sessions``).
+    path: str | None = None
+    #: Larger records are skipped (counted as too_large), never read whole.
+    max_record_bytes: int = 65536
+
+
+@dataclass
+class ClaudeSource(ProviderSource):
+    registry: Registry = field(default_factory=Registry)
+
+
+@dataclass
 class Sources:
-    claude_code: ProviderSource = field(default_factory=ProviderSource)
+    claude_code: ClaudeSource = field(default_factory=ClaudeSource)
     codex: ProviderSource = field(default_factory=ProviderSource)
     copilot_cli: ProviderSource = field(default_factory=ProviderSource)
     pi: ProviderSource = field(default_factory=ProviderSource)

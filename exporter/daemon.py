@@ -24,6 +24,7 @@ from .events import WAIT
 from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
 from .persist import load_json, remove_leftovers, save_json
+from .registry import Registry
 from .scan import make_store, read_start_up
 from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
 from .store import Transition
@@ -85,6 +86,8 @@ class Daemon:
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
+        #: Claude Code's session registry, stepped by the reader thread.
+        self.registry = Registry.from_config(cfg, self.metrics, self.queue.put, self.roots)
         #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
         #: and applied again at the next start: a wait only a hook reported
         #: outlives a restart.
@@ -140,6 +143,7 @@ class Daemon:
             self._thread.join(timeout=10)
         if self.watcher:
             self.watcher.stop()
+        self.registry.stop()
         if self._backfilled:
             self._save_checkpoint()
         # else: stopped during the start-up scan. The previous checkpoint (if
@@ -231,6 +235,7 @@ class Daemon:
                     self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
                 hooked = self._apply_hooks()
+                hooked = self.registry.step(self) or hooked
                 if paths or polled or hooked or time.monotonic() >= next_eval:
                     self._evaluate()
                     next_eval = time.monotonic() + cfg.reducer.evaluation_interval_seconds

@@ -32,7 +32,8 @@ class Kind(enum.IntEnum):
       or plan approval pending in the transcript (Claude ``AskUserQuestion``/
       ``ExitPlanMode`` tool_use, Codex ``request_user_input`` function_call)
       or a permission prompt/elicitation reported by a hook
-      (``PermissionRequest``, ``Notification``). ``reason`` and ``tool`` say
+      (``PermissionRequest``, ``Notification``) or by Claude Code's session
+      registry (``status: waiting``). ``reason`` and ``tool`` say
       what it waits for. The turn's next main-thread record ends it.
     - ``END``: the agent's session ended (Claude ``SessionEnd`` hook): ends a
       wait or an unfinished turn as ``interrupted``; changes nothing else.
@@ -60,8 +61,11 @@ START, WORK, OUTPUT, COMPLETE, ERROR, INTERRUPT, ACTIVITY, META, SESSION, WAIT, 
 SIGNIFICANT = frozenset({START, WORK, OUTPUT, COMPLETE, ERROR, INTERRUPT, WAIT, END})
 
 #: Reasons a ``WAIT`` gives (``coding_agent_user_wait_seconds{reason}`` adds
-#: ``your_turn`` for the wait after a completion).
-WAIT_REASONS = ("permission", "question", "plan", "elicitation")
+#: ``your_turn`` for the wait after a completion). ``worker_request``,
+#: ``sandbox_request`` and ``goal_proposal`` come from Claude Code's session
+#: registry (``waitingFor``).
+WAIT_REASONS = ("permission", "question", "plan", "elicitation", "worker_request", "sandbox_request",
+                "goal_proposal")
 
 
 @dataclass(slots=True)
@@ -118,6 +122,9 @@ class Event:
             session's file repeats the records of the session it resumed,
             which still name that session): it moves the state like any
             record but is never news, so it never pages.
+        source: the evidence source, when not the transcript: ``hook`` or
+            ``registry`` (Claude Code's session registry); shown as the
+            ``source`` that decided a session's state.
     """
 
     kind: Kind
@@ -141,3 +148,4 @@ class Event:
     tool: str | None = None
     final: bool = False
     replayed: bool = False
+    source: str | None = None

@@ -26,12 +26,14 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
                       "unreadable_spool", "expired")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
-USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
+USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation", "worker_request",
+                     "sandbox_request", "goal_proposal")
 #: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
 #: in it is in the ledger), ``malformed`` (400), ``too_large`` (413),
 #: ``unavailable`` (503: ledger not writable or no Apprise target; Alertmanager retries).
 ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable")
-ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
+ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response",
+               "agent_exited")
 
 
 class Metrics:

@@ -43,6 +43,13 @@ def _line_key(session_id: str, line: bytes) -> str:
     return f"{session_id}:{hashlib.blake2b(line, digest_size=12).hexdigest()}"
 
 
+def _decided_by(reducer) -> str | None:
+    """Which source's evidence decides the state: ``transcript``, ``hook``
+    or ``registry`` (Claude Code's session registry); None before any."""
+    last = reducer._last
+    return None if last is None else last.source or "transcript"
+
+
 def project_label(cwd: str | None, mode: str) -> str:
     """The ``project`` label from a working directory: ``basename`` (last path
     component), ``full``, ``hashed`` (8 hex digits of SHA-256) or ``none``."""
@@ -409,7 +416,9 @@ class SessionStore:
 
     # -- hooks -------------------------------------------------------------
     def apply_hook(self, d, may_create: bool = True) -> Session | None:
-        """Apply one :class:`~.hooks.HookDelivery` (always news). It joins
+        """Apply one :class:`~.hooks.HookDelivery` (news, unless its event is
+        ``replayed``; its ``source`` is ``hook``, ``registry`` for the session
+        registry's, saved ones included). It joins
         its session by ``transcript_path`` (the file's session, a subagent
         rollout's parent included), else by ``session_id``; a session no
         transcript told of yet is made from the hook only when
@@ -441,7 +450,8 @@ class SessionStore:
             s.seq += 1
             s.counters.events += 1
             s.last_write = max(s.last_write, ev.ts)
-            s.reducer.apply(ev, s.seq, True, f"{s.session_id}:{d.ident}")
+            ev.source = ev.source or ("registry" if d.name == "registry" else "hook")
+            s.reducer.apply(ev, s.seq, not ev.replayed, f"{s.session_id}:{d.ident}")
             self._dirty.add((s.provider, s.session_id))
         return s
 
@@ -555,7 +565,7 @@ class SessionStore:
     # -- views -------------------------------------------------------------
     def rows(self, now: float | None = None) -> list[dict]:
         """Visible sessions as dicts (provider, session_id, project, state,
-        evidence, error_kind, waiting_for (reason, tool), since, last_event_at, last_write, counters),
+        evidence, error_kind, source (transcript/hook/registry), waiting_for (reason, tool), since, last_event_at, last_write, counters),
         newest first, within the session TTL."""
         now = time.time() if now is None else now
         rows = []
@@ -571,6 +581,7 @@ class SessionStore:
                 "evidence": st.evidence,
                 "detail": st.detail,
                 "error_kind": st.error_kind,
+                "source": _decided_by(s.reducer),
                 "waiting_for": {"reason": st.reason, "tool": st.tool} if st.state == "waiting" else None,
                 "turn": st.turn,
                 "since": st.since,

@@ -10,7 +10,8 @@
   ``coding_agent_session_series_dropped``) and expire
   (``metrics.session_ttl_seconds``).
 - A secret planted all over transcript content (prompts, answers, tool input
-  and output, thinking, errors, titles, malformed and oversized lines) never
+  and output, thinking, errors, titles, malformed and oversized lines; the
+  session registry's ``name`` and the ``.key`` file beside its record) never
   appears on ``/metrics``, the status page's JSON, in the log (debug level included), in default
   alert bodies or in the state files.
 """
@@ -417,6 +418,7 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
     receiver = Receiver()
     exp = Daemon(tmp_path, receiver=receiver, extra_args=["--log.level", level, "--log.format", fmt],
                  config={"sources": {"max_line_bytes": 1 << 20}}).start()
+    agent = subprocess.Popen(["sleep", "300"])  # a Claude Code process of the session registry
     try:
         cc = ClaudeSession("scrt0000-0000-4000-8000-000000000001")
         cx = CodexSession("0196cccc-0000-7000-8000-000000000001")
@@ -427,6 +429,18 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
         exp.wait_state(cx.sid, "completed")
         wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 1 and len(alerts_for(receiver, cx.sid)) == 1,
                  what="completed pages for both")
+        # The session registry: a title the user typed (``name``), a cwd, and
+        # the secrets file beside each record, which is never opened.
+        reg = tmp_path / "claude" / "sessions"
+        reg.mkdir(parents=True)
+        (reg / f"{agent.pid}.0badc0de.key").write_text(SECRET)
+        with open(f"/proc/{agent.pid}/stat") as f:
+            ticks = f.read().rsplit(")", 1)[1].split()[19]
+        record = {"pid": agent.pid, "sessionId": cc.sid, "cwd": f"/home/{SECRET}/proj", "procStart": ticks,
+                  "startedAt": int(time.time() * 1000), "version": "2.1.332", "kind": "interactive",
+                  "entrypoint": "cli", "name": SECRET, "nameSource": "user", "status": "waiting",
+                  "waitingFor": "permission prompt", "statusUpdatedAt": int(time.time() * 1000)}
+        (reg / f"{agent.pid}.json").write_text(json.dumps(record))
         # Hook bodies carry prompts, tool input and output, the last answer.
         for prov, sid, path in (("claude_code", cc.sid, claude_path(tmp_path, cc.sid)),
                                 ("codex", cx.sid, codex_path(tmp_path, cx.sid))):
@@ -467,7 +481,10 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
         landing = exp.scrape_text("/")
         pages += [exp.scrape_text("/api/v1/sessions"), exp.scrape_text("/api/v1/health")]
         assert all(cc.sid in p and cx.sid in p for p in pages[:2])
+        assert exp.value("coding_agent_registry_records") == 1  # the record was read
     finally:
+        agent.kill()
+        agent.wait()
         exp.stop()
         receiver.close()
     assert SECRET not in scrape and SECRET not in openmetrics and SECRET not in landing
