@@ -20,6 +20,7 @@ URLs are logged in Apprise's privacy form (no secrets).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -212,6 +213,7 @@ class Alerter:
         #: (``alerts.remind_after_seconds``): key → (pending, sent at).
         self._remind: dict[str, tuple[Pending, float]] = {}
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
+        self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -384,7 +386,34 @@ class Alerter:
                 del self.pending[key]
                 self._decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
                 continue
+            if not self._rate_ok(p, now):
+                del self.pending[key]
+                continue
             self._work.put(p)
+
+    def _rate_ok(self, p: Pending, now: float) -> bool:
+        """``p`` keeps ``alerts.max_pages_per_session`` per
+        ``alerts.page_rate_window_seconds`` (Unix seconds ``now``); when
+        over, it is counted, logged and dropped (never sent)."""
+        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
+        if not limit or not window:
+            return True
+        rates = self._rates
+        key = (p.session.provider, p.session.session_id)
+        times = [t for t in rates.get(key, ()) if now - t < window]
+        if len(rates) > 10_000:  # sessions paged long ago: forgotten
+            for k in [k for k, v in rates.items() if not v or now - v[-1] >= window]:
+                del rates[k]
+        if len(times) >= limit:
+            rates[key] = times
+            self.metrics.alerts_rate_limited.labels(p.kind).inc()
+            with self._lock:
+                self.ledger.pop(p.key, None)
+            self._decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
+                          "(alerts.max_pages_per_session)", level=logging.WARNING)
+            return False
+        rates[key] = times + [now]
+        return True
 
     def _reminders(self, now: float) -> None:
         """One reminder for a page whose session still shows the same state
@@ -405,7 +434,7 @@ class Alerter:
             r = Pending("remind:" + key, p.kind, p.session, p.turn, p.state, "Reminder: " + p.title, p.body,
                         first_seen=now, due=now, since=cur.since)
             r.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
-            if r.remaining:
+            if r.remaining and self._rate_ok(r, now):
                 self.pending[r.key] = r
                 self._work.put(r)
 
@@ -473,7 +502,8 @@ class Alerter:
         still = []
         for i in p.remaining:
             target = self.targets[i]
-            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type)
+            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type,
+                                      body_format=apprise.NotifyFormat.TEXT)
             if res:
                 continue
             still.append(i)
@@ -510,8 +540,6 @@ class Alerter:
             title = f"{mod.LABEL} · {project}: stopped on {(st.error_kind or 'error').replace('_', ' ')}"
         elif st.state == "waiting":
             title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
-            if st.tool and st.reason == "permission":
-                title += f" ({st.tool})"
         else:
             title = f"{mod.LABEL} · {project}: stalled"
         lines = [f"Session: {s.session_id}"]
@@ -523,7 +551,8 @@ class Alerter:
         elif st.state == "error":
             lines.append(f"Error: {st.error_kind}")
         elif st.state == "waiting":
-            lines.append(f"Waiting for: {st.reason}" + (f" ({st.tool})" if st.tool else ""))
+            # A tool name comes from a hook body: data, quoted and bounded, never the title (issue 22).
+            lines.append(f"Waiting for: {st.reason}" + (f" (tool {json.dumps(st.tool[:64])})" if st.tool else ""))
         if self.a.include_excerpt and s.reducer.last_text:
             text = s.reducer.last_text.strip()
             n = self.a.excerpt_chars

@@ -6,6 +6,7 @@ Flags follow Prometheus exporters (exporter-toolkit names).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -269,8 +270,9 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .alerts import Alerter
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
+    from .hooks import ensure_secret
     from .persist import StateDirBusy, lock_state_dir
-    from .web import hooks_app, load_web_config, make_app, serve
+    from .web import HostCheck, hooks_app, load_web_config, make_app, parse_listen_address, serve
 
     try:
         web = load_web_config(args.web_config)
@@ -281,6 +283,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     metrics = Metrics()
     try:
         lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
+        secret = ensure_secret(cfg.resolved_state_dir()) if cfg.hooks.auth else None
         alerter = Alerter.from_config(cfg, metrics)
     except ConfigError as e:
         print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
@@ -298,15 +301,22 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
                         daemon.ready.is_set, telemetry)
-    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status)
     try:
-        server = serve(app, args.listen, web)
+        listen_host = parse_listen_address(args.listen)[0]
     except ValueError as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret), status=status,
+                   host_check=HostCheck(listen_host, cfg.web.allowed_hosts), refused=metrics.http_refused)
+    try:
+        server = serve(app, args.listen, web)
     except OSError as e:
-        print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
+        hint = ""
+        if e.errno == errno.EADDRINUSE:
+            hint = (" (another exporter, or another program, is listening there: stop it, or pick another "
+                    "address with --web.listen-address, e.g. 127.0.0.1:9878)")
+        print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}{hint}", file=sys.stderr)
         return 1
     scheme = "https" if web.cert_file else "http"
     host, port = server.server_address[:2]

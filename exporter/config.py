@@ -112,6 +112,10 @@ class Alerts:
     #: One reminder for a session still waiting (or still on your turn) this
     #: many seconds after its page (0: off).
     remind_after_seconds: float = 0.0
+    #: At most this many pages per session within ``page_rate_window_seconds``
+    #: (0: no limit); the rest are dropped, counted and logged.
+    max_pages_per_session: int = 20
+    page_rate_window_seconds: float = 3600.0
     retry: Retry = field(default_factory=Retry)
 
 
@@ -121,6 +125,15 @@ class Hooks:
     max_body_bytes: int = 4 * 1024 * 1024
     #: Spooled hook events (the exporter was down) older than this are dropped.
     spool_max_age_seconds: float = 3600.0
+    #: Hook deliveries must carry the secret of ``state_dir/hook-secret``.
+    auth: bool = True
+
+
+@dataclass
+class Web:
+    #: Host names (besides IP addresses, ``localhost`` and this machine's
+    #: name) a request's ``Host`` may name; ``"*"``: any.
+    allowed_hosts: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -130,6 +143,7 @@ class Config:
     metrics: Metrics = field(default_factory=Metrics)
     alerts: Alerts = field(default_factory=Alerts)
     hooks: Hooks = field(default_factory=Hooks)
+    web: Web = field(default_factory=Web)
     #: Where the alert ledger lives; default: the platform's user state folder
     #: (platformdirs: ``$XDG_STATE_HOME/coding-agent-exporter``, else
     #: ``~/.local/state/…`` on Linux; ``~/Library/Application Support/…`` on

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import logging
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -255,10 +256,11 @@ class Daemon:
         items = self.hooks.take()
         waits = False
         for d in items:
-            ours = self._ours(d.transcript_path)
-            if ours:
-                self._read(d.transcript_path, live=True)
-            s = self.store.apply_hook(d, may_create=ours)
+            if not self._speaks_for(d):  # issue 22: a hook speaks only for a transcript on disk that it names
+                self.metrics.hook_errors.labels("unknown_session").inc()
+                continue
+            self._read(d.transcript_path, live=True)
+            s = self.store.apply_hook(d, may_create=True)
             if s is not None:
                 waits = self._keep_hook(s, d) or waits
         if waits:
@@ -267,6 +269,20 @@ class Daemon:
             self._evaluate()
             self._save_checkpoint()
         return bool(items)
+
+    def _speaks_for(self, d) -> bool:
+        """A hook delivery ``d`` may change a session: its ``transcript_path``
+        is a regular file (not a symlink) under a configured root, and that
+        file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
+        Codex ``rollout-…-<id>.jsonl``) when it gives one."""
+        if not self._ours(d.transcript_path):
+            return False
+        try:
+            if not stat.S_ISREG(os.lstat(d.transcript_path).st_mode):
+                return False
+        except OSError:
+            return False
+        return d.session_id is None or d.session_id in os.path.basename(d.transcript_path)
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""

@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import base64
 import collections
+import errno
 import hashlib
 import logging
 import os
+import stat
 import threading
 import time
 import urllib.error
@@ -44,6 +46,13 @@ log = logging.getLogger(__name__)
 #: seconds), so a spooled or retried delivery keeps its time and identity.
 TIME_HEADER = "X-Coding-Agent-Hook-Time"
 SPOOL_DIR = "hook-spool"
+#: The hook secret: made at the exporter's first start in ``state_dir``
+#: (mode 0600); every hook delivery carries it in :data:`TOKEN_HEADER`.
+SECRET_FILE = "hook-secret"
+#: Header a hook sends the secret in (a Claude Code HTTP hook's ``headers``,
+#: the ``hook`` command). Not ``Authorization``: that one is basic auth's
+#: (``--web.config.file``), and both may be needed at once.
+TOKEN_HEADER = "X-Coding-Agent-Hook-Token"
 #: Deliveries waiting for the reader thread; more are refused (counted).
 INBOX_MAX = 10_000
 #: Spooled bodies kept at most; the hook command stops spooling past it.
@@ -246,14 +255,86 @@ class HookInbox:
         return taken
 
 
+# -- the hook secret -----------------------------------------------------------
+def _private(path: Path, st: os.stat_result, what: str) -> None:
+    """Raise ``PermissionError`` unless ``st`` (of ``path``) is this user's
+    and neither group nor others may use it (POSIX; nothing on Windows)."""
+    if not hasattr(os, "getuid"):
+        return
+    if st.st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, f"{path}: {what} is owned by uid {st.st_uid}, not by this user "
+                                           f"(uid {os.getuid()}); remove it or fix its owner")
+    if st.st_mode & 0o077:
+        raise PermissionError(errno.EPERM, f"{path}: {what} has mode {st.st_mode & 0o777:o}; "
+                                           f"other users may use it (chmod {'700' if what.endswith('folder') else '600'} it)")
+
+
+def ensure_secret(state_dir: Path) -> str:
+    """The hook secret of ``state_dir`` (64 hex characters), made at the
+    first call: 32 random bytes written to ``state_dir/hook-secret`` with
+    mode 0600 (``state_dir`` made with 0700 if missing). Raises ``OSError``
+    (its ``strerror`` says why) when it cannot be written or read, or the
+    file is a symlink, another user's or readable by others."""
+    state_dir = Path(state_dir)
+    path = state_dir / SECRET_FILE
+    try:
+        return read_secret(state_dir, missing_ok=False)
+    except FileNotFoundError:
+        pass
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = os.urandom(32).hex()
+    tmp = state_dir / f".{SECRET_FILE}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(token + "\n")
+        try:
+            os.link(tmp, path)  # never over a secret another process made meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return read_secret(state_dir, missing_ok=False)
+
+
+def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
+    """The hook secret in ``state_dir`` (see :func:`ensure_secret`); None
+    when there is none yet (``missing_ok``, else ``FileNotFoundError``).
+    Raises ``OSError`` for a symlink, another user's file or one others may
+    read, or one that does not hold a secret."""
+    path = Path(state_dir) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PermissionError(errno.EPERM, f"{path}: the hook secret is a symlink; remove it") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(errno.EPERM, f"{path}: the hook secret is not a regular file; remove it")
+        _private(path, st, "the hook secret")
+        token = f.read(256).strip().decode("ascii", "replace")
+    if len(token) < 32 or not token.isalnum():
+        raise PermissionError(errno.EINVAL, f"{path}: does not hold a hook secret; remove it (a new one is made "
+                                            "at the next start; then run `hooks install` again)")
+    return token
+
+
 # -- the ``hook`` command ------------------------------------------------------
 def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float = 2.0,
          max_body_bytes: int = 4 << 20, at: float | None = None) -> str:
     """Deliver one hook body to a running exporter at ``url`` (``http(s)://
-    [user:password@]host:port``) within ``timeout`` seconds; when it cannot be
+    [user:password@]host:port``) within ``timeout`` seconds, with the hook
+    secret of ``state_dir`` (:func:`read_secret`); when it cannot be
     reached (connection refused, timeout, 5xx), spool it under
     ``state_dir/hook-spool``. Never raises: returns ``sent``, ``spooled``,
-    ``refused`` (the exporter answered 4xx) or ``dropped`` (could not spool).
+    ``refused`` (the exporter answered 4xx: a wrong secret, a bad body) or
+    ``dropped`` (could not spool).
     """
     at = time.time() if at is None else at
     if len(body) > max_body_bytes:
@@ -261,6 +342,13 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
     target, headers = _target(url, provider)
     headers[TIME_HEADER] = repr(at)
     headers["Content-Type"] = "application/json"
+    try:
+        secret = read_secret(state_dir)
+    except OSError as e:
+        log.warning("hook: cannot read the hook secret: %s", e.strerror or e)
+        secret = None
+    if secret:
+        headers[TOKEN_HEADER] = secret
     req = urllib.request.Request(target, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the user's own exporter

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import html
+import ipaddress
 import logging
 import os
 import ssl
 import threading
+import time
 from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -204,18 +207,25 @@ class _Auth:
 _DRAIN_MAX_BYTES = 64 << 20
 
 
-def hooks_app(inbox, max_body_bytes: int):
+def hooks_app(inbox, max_body_bytes: int, secret: str | None = None):
     """WSGI app for ``POST /hooks/<provider>``: the body is the hook's JSON
-    exactly as the agent sends it. Replies at once (the reader thread applies
-    it): 200 with an empty body when taken (Claude Code reads an empty 2xx
-    reply as success with no decision), 400 for a body that is not a hook
-    event, 404 for an unknown agent, 405 for another method, 413 past
-    ``max_body_bytes`` (not read), 429 when the inbox is full. Every refusal
-    is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
-    from .hooks import TIME_HEADER
+    exactly as the agent sends it, with ``Content-Type: application/json``
+    and, when ``secret`` is set, the secret in the ``X-Coding-Agent-Hook-Token``
+    header (:data:`.hooks.TOKEN_HEADER`). Replies at once (the reader thread
+    applies it): 200 with an empty body when taken (Claude Code reads an
+    empty 2xx reply as success with no decision), 400 for a body that is not
+    a hook event, 401 without the secret, 404 for an unknown agent, 405 for
+    another method, 413 past ``max_body_bytes`` (not read), 415 for another
+    content type (a browser's ``no-cors`` request can only send
+    ``text/plain`` and form types), 429 when the inbox is full. Every
+    refusal is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
+    from .hooks import TIME_HEADER, TOKEN_HEADER
     from .providers import PROVIDER_MODULES
 
     time_key = "HTTP_" + TIME_HEADER.upper().replace("-", "_")
+    token_key = "HTTP_" + TOKEN_HEADER.upper().replace("-", "_")
+    want = secret.encode() if secret else None
+    warned = [0.0]
 
     def reply(start_response, status: str, text: bytes = b""):
         start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(text)))])
@@ -228,6 +238,18 @@ def hooks_app(inbox, max_body_bytes: int):
             return reply(start_response, "404 Not Found", b"unknown agent\n")
         if environ.get("REQUEST_METHOD") != "POST":
             return reply(start_response, "405 Method Not Allowed", b"POST a hook event\n")
+        if want is not None and not hmac.compare_digest(environ.get(token_key, "").encode("latin-1", "replace"), want):
+            inbox.metrics.hook_errors.labels("unauthorized").inc()
+            now = time.monotonic()
+            if now - warned[0] > 60:  # once a minute: a hook set up for another state_dir keeps trying
+                warned[0] = now
+                log.warning("hook delivery refused: no or wrong %s (hooks set up before the state_dir's "
+                            "hook-secret changed? run `coding-agent-exporter hooks install` again)", TOKEN_HEADER)
+            return reply(start_response, "401 Unauthorized", b"hook secret missing or wrong\n")
+        ctype = (environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            inbox.metrics.hook_errors.labels("not_json_content_type").inc()
+            return reply(start_response, "415 Unsupported Media Type", b"send Content-Type: application/json\n")
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -257,20 +279,112 @@ def hooks_app(inbox, max_body_bytes: int):
     return app
 
 
-def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None):
+def _host_name(value: str) -> str:
+    """The host part of a ``Host`` header or an origin's netloc (no port, no
+    brackets, lower case, no trailing dot)."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    host, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and ":" not in host:
+        value = host
+    return value.rstrip(".")
+
+
+class HostCheck:
+    """Which ``Host`` a request may name, and which ``Origin`` it may come
+    from (DNS rebinding and cross-site requests; issue 22).
+
+    Allowed hosts: any IP address literal (a rebinding attack needs a name),
+    ``localhost`` and ``*.localhost``, this machine's name, the listen
+    address's host, and ``allowed`` (``web.allowed_hosts``; ``"*"``: any).
+    A request with no ``Host`` (HTTP/1.0) passes. An ``Origin`` header
+    (browsers send it on every cross-origin request and on same-origin
+    POSTs) must name the very scheme and ``Host`` the request was sent to;
+    ``null`` never passes."""
+
+    def __init__(self, listen_host: str = "", allowed=()):
+        import socket
+
+        names = {str(a).lower().rstrip(".") for a in allowed}
+        self.any = "*" in names
+        names |= {"localhost", _host_name(listen_host)} if listen_host else {"localhost"}
+        for name in (socket.gethostname(), socket.getfqdn()):
+            if name:
+                names.add(name.lower().rstrip("."))
+        self.names = names - {"", "0.0.0.0", "::"}
+
+    def host_ok(self, host: str | None) -> bool:
+        """``host`` (a ``Host`` header value, or None) is allowed."""
+        if host is None or self.any:
+            return True
+        name = _host_name(host)
+        if name in self.names or name.endswith(".localhost"):
+            return True
+        try:
+            ipaddress.ip_address(name)
+            return True
+        except ValueError:
+            return False
+
+    @staticmethod
+    def origin_ok(origin: str | None, scheme: str, host: str | None) -> bool:
+        """``origin`` (an ``Origin`` header, or None) is the request's own."""
+        if origin is None:
+            return True
+        return host is not None and origin.strip().lower() == f"{scheme}://{host.strip().lower()}"
+
+
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None,
+             host_check: HostCheck | None = None, routes: dict | None = None, refused=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
     ``headers`` are added to every response; ``hooks`` is the WSGI app of
     the hook routes (:func:`hooks_app`), or None; ``status`` the WSGI app of
     ``/`` and ``/api/v1/*`` (:func:`.statuspage.status_app`), or None for a
-    plain landing page."""
+    plain landing page. ``routes`` adds WSGI apps by path: a key ending in
+    ``/`` takes every path under it, any other key that path only.
+
+    Before any route: basic auth (``users``), then ``host_check``
+    (:class:`HostCheck`; default: loopback names and IP addresses only): a
+    ``Host`` not allowed gets 421, a foreign ``Origin`` 403, both counted on
+    ``refused`` (a ``Counter`` labelled by reason) when given."""
     metrics_app = make_wsgi_app(registry)
     auth = _Auth(users or {})
+    check = host_check or HostCheck()
     extra = list((headers or {}).items())
     landing = (
         "<html><head><title>coding-agent-exporter</title></head><body>"
         f"<h1>coding-agent-exporter {html.escape(__version__)}</h1>"
         f'<p><a href="{html.escape(telemetry_path)}">Metrics</a></p></body></html>'
     ).encode()
+
+    def text(code: str, body: bytes, ctype: str = "text/plain"):
+        def app(environ, start_response):
+            start_response(code, [("Content-Type", ctype)])
+            return [body]
+        return app
+
+    def ready_app(environ, start_response):
+        if ready():
+            return text("200 OK", b"Ready\n")(environ, start_response)
+        return text("503 Service Unavailable", b"Reading transcripts\n")(environ, start_response)
+
+    table = {telemetry_path: metrics_app, "/-/healthy": text("200 OK", b"Healthy\n"), "/-/ready": ready_app,
+             "/": status or text("200 OK", landing, "text/html; charset=utf-8")}
+    if hooks is not None:
+        table["/hooks/"] = hooks
+    if status is not None:
+        table["/api/"] = status
+    table.update(routes or {})
+    exact = {k: v for k, v in table.items() if not k.endswith("/") or k == "/"}
+    prefixes = sorted(((k, v) for k, v in table.items() if k.endswith("/") and k != "/"), key=lambda kv: -len(kv[0]))
+    not_found = text("404 Not Found", b"Not found\n")
+
+    def refuse(reason: str, code: str, body: bytes, start_response):
+        if refused is not None:
+            refused.labels(reason).inc()
+        start_response(code, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+        return [body]
 
     def app(environ, start_response):
         if extra:
@@ -282,27 +396,17 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
             start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="coding-agent-exporter"'),
                                                  ("Content-Type", "text/plain")])
             return [b"Unauthorized\n"]
+        host = environ.get("HTTP_HOST")
+        if not check.host_ok(host):
+            return refuse("host", "421 Misdirected Request", b"Host not allowed (web.allowed_hosts)\n",
+                          start_response)
+        if not check.origin_ok(environ.get("HTTP_ORIGIN"), environ.get("wsgi.url_scheme", "http"), host):
+            return refuse("origin", "403 Forbidden", b"cross-origin request refused\n", start_response)
         path = environ.get("PATH_INFO") or "/"
-        if path == telemetry_path:
-            return metrics_app(environ, start_response)
-        if hooks is not None and path.startswith("/hooks/"):
-            return hooks(environ, start_response)
-        if status is not None and (path == "/" or path.startswith("/api/")):
-            return status(environ, start_response)
-        if path == "/-/healthy":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"Healthy\n"]
-        if path == "/-/ready":
-            if ready():
-                start_response("200 OK", [("Content-Type", "text/plain")])
-                return [b"Ready\n"]
-            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
-            return [b"Reading transcripts\n"]
-        if path == "/":
-            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [landing]
-        start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"Not found\n"]
+        route = exact.get(path)
+        if route is None:
+            route = next((v for k, v in prefixes if path.startswith(k)), not_found)
+        return route(environ, start_response)
 
     return app
 

@@ -56,7 +56,7 @@ def claude_line(kind: str, n: int, t: float, **extra) -> bytes:
 def post(exp: Exporter, provider: str, body, headers: dict | None = None) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/{provider}", data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+                                 headers={**exp.hook_headers(), **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, r.read()
@@ -100,8 +100,9 @@ def test_permission_prompt_waits_and_pages_then_stop_hook_completes(exp):
     exp.wait_state(SID, "waiting")
     wait_for(lambda: len(exp.receiver.messages) == 1, what="the waiting page")
     page = exp.receiver.messages[0]
-    assert page["title"] == "Claude Code · shop: needs your approval (Bash)"
+    assert page["title"] == "Claude Code · shop: needs your approval"
     assert f"Session: {SID}" in page["message"] and "rm -rf" not in json.dumps(page)
+    assert "Waiting for: permission (tool \"Bash\")" in page["message"]
     assert exp.value("coding_agent_sessions", provider="claude_code", state="waiting") == 1
     assert exp.value("coding_agent_hook_events_total", provider="claude_code", event="PermissionRequest") == 1
     time.sleep(0.3)
@@ -222,7 +223,7 @@ def test_codex_hook_command_and_spool(tmp_path):
         exp.start()
         exp.wait_state(CODEX_SID, "waiting", timeout=10)
         wait_for(lambda: len(receiver.messages) == 1, what="the waiting page")
-        assert receiver.messages[0]["title"] == "Codex · api: needs your approval (Bash)"
+        assert receiver.messages[0]["title"] == "Codex · api: needs your approval"
         assert os.listdir(tmp_path / "state" / "hook-spool") == []
         out = hook_cli(exp, "codex", {**body, "hook_event_name": "PostToolUse", "tool_response": "done",
                                       "tool_use_id": "call_1"})
