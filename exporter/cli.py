@@ -272,7 +272,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .metrics import Metrics, SessionCollector
     from .hooks import ensure_secret
     from .persist import StateDirBusy, lock_state_dir
-    from .web import HostCheck, hooks_app, load_web_config, make_app, parse_listen_address, serve
+    from .web import HostCheck, Limits, hooks_app, load_web_config, make_app, parse_listen_address, serve
 
     try:
         web = load_web_config(args.web_config)
@@ -310,7 +310,9 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
                    hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret), status=status,
                    host_check=HostCheck(listen_host, cfg.web.allowed_hosts), refused=metrics.http_refused)
     try:
-        server = serve(app, args.listen, web)
+        server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,
+                                                     cfg.web.request_timeout_seconds,
+                                                     cfg.web.keep_alive_timeout_seconds))
     except OSError as e:
         hint = ""
         if e.errno == errno.EADDRINUSE:

@@ -134,6 +134,16 @@ class Web:
     #: Host names (besides IP addresses, ``localhost`` and this machine's
     #: name) a request's ``Host`` may name; ``"*"``: any.
     allowed_hosts: list[str] = field(default_factory=list)
+    #: Connections open at once (fewer when the open-file limit is low: a
+    #: quarter of it, at least 64, stays for reading files); past it a new
+    #: connection closes the oldest one that has no request in progress.
+    max_connections: int = 500
+    #: Seconds from connecting to a whole request head (slow or silent clients).
+    header_timeout_seconds: float = 10.0
+    #: Seconds from the head to the end of the response (the body included).
+    request_timeout_seconds: float = 30.0
+    #: Seconds a connection may stay idle between requests.
+    keep_alive_timeout_seconds: float = 5.0
 
 
 @dataclass
@@ -245,6 +255,11 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
         errors.append(f"{source}: sources.poll_interval_seconds: must be greater than 0")
     if cfg.sources.max_line_bytes < 1024:
         errors.append(f"{source}: sources.max_line_bytes: must be at least 1024")
+    if cfg.web.max_connections < 1:
+        errors.append(f"{source}: web.max_connections: must be at least 1")
+    for key in ("header_timeout_seconds", "request_timeout_seconds"):
+        if getattr(cfg.web, key) <= 0:
+            errors.append(f"{source}: web.{key}: must be greater than 0")
     if cfg.reducer.evaluation_interval_seconds <= 0:
         errors.append(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
     for kind in cfg.alerts.tags:

@@ -10,6 +10,7 @@ delivery runs in its own thread and never blocks reading.
 from __future__ import annotations
 
 import collections
+import errno
 import dataclasses
 import logging
 import os
@@ -44,6 +45,13 @@ HOOK_SESSIONS_KEPT = 1000
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
 WALK_COST_FACTOR = 100.0
+
+
+def _short_of_fds(f) -> bool:
+    """The last read of ``f`` failed for want of descriptors (EMFILE,
+    ENFILE): the file is fine, so it is tried again at the next poll instead
+    of waiting for its stat to change (issue 22)."""
+    return f.failing in (errno.EMFILE, errno.ENFILE)
 
 
 def _stat_key(st: os.stat_result) -> tuple:
@@ -389,7 +397,7 @@ class Daemon:
             if f is None:
                 continue
             read += f.tailer.offset
-            if f.failing:  # logged and counted once; tried again when its stat changes
+            if f.failing and not _short_of_fds(f):  # logged and counted once; tried again when its stat changes
                 try:
                     self._unreadable[path] = _stat_key(os.stat(path))
                 except OSError:
@@ -536,7 +544,7 @@ class Daemon:
         if f is None:
             return
         if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
-                and store.changed(path, st):
+                and store.changed(path, st) and not _short_of_fds(f):
             self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
         elif self._unreadable.pop(path, None) is not None:
             log.info("%s can be read again", path)

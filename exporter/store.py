@@ -258,7 +258,7 @@ class SessionStore:
             self.metrics.read_errors.labels(prov).inc()
             if not f.failing:
                 log.warning("cannot read %s: %s (retrying quietly)", path, e.strerror or e)
-                f.failing = True
+            f.failing = e.errno or True  # truthy; EMFILE/ENFILE say the process, not the file, is short
             if f.tailer.inode is None and f.first_live is None:
                 f.first_live = live  # what it holds when it becomes readable is as old as it is now
             return 0

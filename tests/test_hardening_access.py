@@ -122,9 +122,9 @@ def _get(url: str, ctx: ssl.SSLContext | None = None, auth: tuple[str, str] | No
         req.add_header("Authorization", header)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+        return e.code, e.headers, e.read()
 
 
 @pytest.fixture(scope="module")
