@@ -152,7 +152,12 @@ def _hook(args) -> int:
             return 0
         outcome = send(args.agent, body, args.url, cfg.resolved_state_dir(), timeout=args.timeout,
                        max_body_bytes=limit)
-        if outcome != "sent":
+        if outcome in ("refused", "dropped"):  # lost: the user must hear of it
+            log.warning("hook: event %s (%s)%s", outcome, redact_url(args.url),
+                        ": the exporter refused it (a wrong hook secret? run `hooks install` again)"
+                        if outcome == "refused" else ": it could not be spooled (full disk, or a spool "
+                        "folder that is not yours)")
+        elif outcome != "sent":
             log.info("hook: event %s (%s)", outcome, redact_url(args.url))
     except Exception as e:  # noqa: BLE001 - a hook must never fail the agent
         log.warning("hook: %s", e)

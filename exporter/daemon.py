@@ -237,7 +237,8 @@ class Daemon:
                 polled = False
                 if time.monotonic() >= next_poll:
                     polled = self._poll()
-                    self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds)
+                    self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds,
+                                          cfg.hooks.max_body_bytes)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
                 hooked = self._apply_hooks()
                 if paths or polled or hooked or time.monotonic() >= next_eval:

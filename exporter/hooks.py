@@ -193,6 +193,7 @@ class HookInbox:
         self._wake = wake or (lambda: None)
         self._items: collections.deque[HookDelivery] = collections.deque()
         self._lock = threading.Lock()
+        self._spool_refused: str | None = None  # why the spool was last refused (logged once)
 
     def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
         """Take one body; returns None when queued, else the error reason
@@ -223,11 +224,28 @@ class HookInbox:
             self._items.clear()
         return items
 
-    def take_spool(self, state_dir: Path, max_age: float) -> int:
+    def take_spool(self, state_dir: Path, max_age: float, max_body_bytes: int = 4 << 20) -> int:
         """Queue what the ``hook`` command spooled while the exporter was
         down (younger than ``max_age`` seconds; older ones are counted as
-        ``expired``), deleting each file taken. Returns how many were queued."""
-        folder = Path(state_dir) / SPOOL_DIR
+        ``expired``), deleting each file taken. Returns how many were queued.
+
+        The spool folder must be this user's, mode 0700, not a symlink
+        (:func:`spool_folder`; else it is left alone, with one error logged).
+        Only regular files are read, opened without following symlinks and
+        without blocking (a FIFO cannot stall the reader thread), at most
+        ``max_body_bytes`` each (larger ones are dropped as ``too_large``);
+        anything else is removed and counted as ``unreadable_spool``. Temp
+        files a full disk left behind (older than a minute) are removed."""
+        try:
+            folder = spool_folder(state_dir, create=False)
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            if self._spool_refused != str(e):
+                self._spool_refused = str(e)
+                log.error("hook spool not read: %s", e.strerror or e)
+            return 0
+        self._spool_refused = None
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -236,16 +254,28 @@ class HookInbox:
         now = time.time()
         for name in names:
             path = folder / name
+            if name.startswith("."):  # a temp file being written, or left by a full disk
+                try:
+                    if now - os.lstat(path).st_mtime > 60:
+                        os.unlink(path)
+                except OSError:
+                    pass
+                continue
             try:
                 stamp, provider, _rest = name.split("-", 2)
                 at = int(stamp) / 1e9
             except ValueError:
-                continue  # not ours (or a temporary file being written)
+                continue  # not ours
+            body = _read_spooled(path, max_body_bytes)
             try:
-                body = path.read_bytes()
-                path.unlink()
+                os.unlink(path)
             except OSError:
+                pass
+            if body is None:
                 self.metrics.hook_errors.labels("unreadable_spool").inc()
+                continue
+            if len(body) > max_body_bytes:
+                self.metrics.hook_errors.labels("too_large").inc()
                 continue
             if max_age and now - at > max_age:
                 self.metrics.hook_errors.labels("expired").inc()
@@ -253,6 +283,49 @@ class HookInbox:
             if self.receive(provider, body, at) is None:
                 taken += 1
         return taken
+
+
+def _read_spooled(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit + 1`` bytes of the regular file ``path`` (opened with
+    O_NOFOLLOW and O_NONBLOCK), or None when it is not one or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        out = bytearray()
+        while len(out) <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - len(out)))):
+            out += chunk
+        return bytes(out)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def spool_folder(state_dir: Path, create: bool = True) -> Path:
+    """``state_dir/hook-spool``, made (mode 0700) when missing and
+    ``create``. Raises ``OSError`` (``strerror`` says why and what to do)
+    when it is a symlink or not a folder, is another user's, or others may
+    use it (mode other than 0700, group and others: nothing); the hook
+    command and the exporter both refuse such a spool (issue 22)."""
+    folder = Path(state_dir) / SPOOL_DIR
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        if not create:
+            raise
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        raise PermissionError(errno.EPERM, f"{folder} is a symlink; remove it (the spool must be a folder of yours)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(errno.ENOTDIR, f"{folder} is not a folder; remove it")
+    _private(folder, st, "the hook spool folder")
+    return folder
 
 
 # -- the hook secret -----------------------------------------------------------
@@ -391,18 +464,29 @@ def _target(url: str, provider: str) -> tuple[str, dict]:
 
 def spool(state_dir: Path, provider: str, body: bytes, at: float) -> bool:
     """Write one body to ``state_dir/hook-spool`` (atomically: a temporary
-    name, then a rename). False when it cannot (or the spool is full)."""
-    folder = Path(state_dir) / SPOOL_DIR
+    name, then a rename; the temporary file is removed when the write fails,
+    e.g. on a full disk). False when it cannot, the spool is full, or the
+    spool folder is not this user's own (:func:`spool_folder`: logged)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = spool_folder(state_dir)
+    except OSError as e:
+        log.warning("hook: spool refused: %s", e.strerror or e)
+        return False
+    tmp = None
+    try:
         if len(os.listdir(folder)) >= SPOOL_MAX_FILES:
             return False
         name = f"{int(at * 1e9):020d}-{provider}-{os.getpid()}-{os.urandom(4).hex()}.json"
         tmp = folder / ("." + name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(body)
         os.replace(tmp, folder / name)
         return True
     except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         return False
