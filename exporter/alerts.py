@@ -90,7 +90,8 @@ def _split_tags(entry: str) -> tuple[list[str], str]:
 def build_targets(cfg: Config) -> list[Target]:
     """Targets from ``alerts.urls``, ``alerts.config_file`` and the
     ``alerts.url_env`` environment variable. Raises ``ValueError`` naming the
-    key for a URL Apprise does not understand (the URL itself is not shown)."""
+    key of every URL Apprise does not understand, one per line (the URL
+    itself is not shown)."""
     entries = list(cfg.alerts.urls)
     env = os.environ.get(cfg.alerts.url_env, "") if cfg.alerts.url_env else ""
     entries += [e for e in env.split() if e]
@@ -98,18 +99,23 @@ def build_targets(cfg: Config) -> list[Target]:
         return []
     import apprise  # about 0.15 s of imports: only where alerts are configured
 
-    plugins = []
+    plugins, problems = [], []  # every problem at once (check-config lists them all), one per line
     for i, entry in enumerate(entries):
         tags, url = _split_tags(entry)
         plugin = apprise.Apprise.instantiate(url, tag=tags or None)
         if plugin is None:
-            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else f"${cfg.alerts.url_env}"
-            raise ValueError(f"{where}: not an Apprise URL that this installation supports")
+            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
+                f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
+            problems.append(f"{where}: not an Apprise URL that this installation supports")
+            continue
         plugins.append(plugin)
     if cfg.alerts.config_file:
         path = Path(cfg.alerts.config_file).expanduser()
         if not path.is_file():
-            raise ValueError(f"alerts.config_file: {path}: no such file")
+            problems.append(f"alerts.config_file: {path}: no such file")
+    if problems:
+        raise ValueError("\n".join(problems))
+    if cfg.alerts.config_file:
         ac = apprise.AppriseConfig()
         ac.add(str(path))
         holder = apprise.Apprise()

@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     scan = sub.add_parser("scan", allow_abbrev=False, help="reduce files or folders once and print one line per session")
     _common(scan)
-    scan.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
+    scan.add_argument("paths", nargs="*", metavar="PATH",
+                      help="transcript files or folders (default: the configured roots, as `run` reads them)")
     scan.add_argument("--json", action="store_true", help="print JSON lines")
     scan.add_argument("--at", metavar="TIME",
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
@@ -150,8 +151,12 @@ def _hook(args) -> int:
         if len(body) > limit:
             log.warning("hook: event larger than hooks.max_body_bytes; not delivered")
             return 0
-        outcome = send(args.agent, body, args.url, cfg.resolved_state_dir(), timeout=args.timeout,
-                       max_body_bytes=limit)
+        state_dir = cfg.resolved_state_dir()
+        if not args.config_file:  # where a running exporter keeps its secret and reads the spool
+            from .hooks import default_state_dir
+
+            state_dir = default_state_dir(state_dir)
+        outcome = send(args.agent, body, args.url, state_dir, timeout=args.timeout, max_body_bytes=limit)
         if outcome in ("refused", "dropped"):  # lost: the user must hear of it
             log.warning("hook: event %s (%s)%s", outcome, redact_url(args.url),
                         ": the exporter refused it (a wrong hook secret? run `hooks install` again)"
@@ -184,8 +189,19 @@ def _scan_hint(args, cfg) -> str:
 
 
 def _scan(args, cfg) -> int:
-
     from .scan import format_table, print_progress, scan
+
+    if not args.paths:
+        from .sources import configured_roots
+
+        roots = configured_roots(cfg)
+        args.paths = [str(root) for _prov, root in roots if root.is_dir()]
+        if not args.paths:
+            print("hint: none of the configured transcript folders exists yet: "
+                  + ", ".join(str(root) for _prov, root in roots) + " (give files or folders to scan)",
+                  file=sys.stderr)
+            return 0
+        print(f"scanning the configured folders: {' '.join(args.paths)}", file=sys.stderr)
 
     at = None
     if args.at:
@@ -227,15 +243,57 @@ def _check(cfg) -> int:
     for prov in PROVIDER_MODULES:
         if not getattr(cfg.sources, prov).enabled:
             print(f"{prov}: disabled (sources.{prov}.enabled: false)")
-    print(f"state_dir: {cfg.resolved_state_dir()}")
-    print(describe_targets(cfg))
+    state_dir = cfg.resolved_state_dir()
+    print(f"state_dir: {state_dir}")
+    print(describe_targets(cfg).splitlines()[0])
+    problems = []
     try:
         build_targets(cfg)
-    except ValueError:
-        print("configuration has errors")
+    except ValueError as e:
+        problems += str(e).splitlines()
+    problems += _state_dir_problems(state_dir)
+    if problems:
+        print(f"configuration has {len(problems)} error(s):")
+        for line in problems:
+            print(f"  {line}")
         return 2
     print("configuration OK")
     return 0
+
+
+def _state_dir_problems(state_dir) -> list[str]:
+    """Why ``run`` could not use ``state_dir`` (a Path), without changing
+    anything: not a folder, not writable (or no writable parent to make it
+    in), or a hook secret or spool folder that would be refused."""
+    from pathlib import Path
+
+    from .hooks import SPOOL_DIR, read_secret, spool_folder
+
+    where = f"state_dir: {state_dir}"
+    if state_dir.exists():
+        if not state_dir.is_dir():
+            return [f"{where}: not a folder (set state_dir in the config file)"]
+        if not os.access(state_dir, os.W_OK | os.X_OK):
+            return [f"{where}: not writable by this user (set state_dir in the config file)"]
+    else:
+        parent = Path(state_dir).parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            return [f"{where}: cannot be made ({parent} is not writable; set state_dir in the config file)"]
+        return []
+    out = []
+    try:
+        read_secret(state_dir)
+    except OSError as e:
+        out.append(f"{where}: {e.strerror or e}")
+    try:
+        spool_folder(state_dir, create=False)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        out.append(f"{where}/{SPOOL_DIR}: {e.strerror or e}")
+    return out
 
 
 def _run(args, cfg) -> int:
@@ -271,6 +329,18 @@ def _run(args, cfg) -> int:
         early.cancel()  # unless the daemon took its result
 
 
+def _note_state_dir(cfg) -> None:
+    """Tell commands run without ``--config.file`` (agents' hooks) where this
+    exporter's state folder is (:func:`.hooks.note_state_dir`)."""
+    from .config import Config
+    from .hooks import note_state_dir
+
+    try:
+        note_state_dir(cfg.resolved_state_dir(), Config().resolved_state_dir())
+    except OSError as e:
+        log.warning("cannot note the state_dir for hook commands run without --config.file: %s", e.strerror or e)
+
+
 def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .alerts import Alerter
     from .daemon import Daemon
@@ -289,6 +359,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     try:
         lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
         secret = ensure_secret(cfg.resolved_state_dir()) if cfg.hooks.auth else None
+        _note_state_dir(cfg)
         alerter = Alerter.from_config(cfg, metrics)
     except ConfigError as e:
         print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
@@ -312,7 +383,8 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
     app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret), status=status,
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret,
+                                                  cfg.hooks.max_clock_skew_seconds), status=status,
                    host_check=HostCheck(listen_host, cfg.web.allowed_hosts), refused=metrics.http_refused)
     try:
         server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,

@@ -127,6 +127,9 @@ class Hooks:
     spool_max_age_seconds: float = 3600.0
     #: Hook deliveries must carry the secret of ``state_dir/hook-secret``.
     auth: bool = True
+    #: A delivery's time header (the ``hook`` command's) further than this
+    #: from the exporter's clock is ignored: the event counts as received now.
+    max_clock_skew_seconds: float = 30.0
 
 
 @dataclass

@@ -119,6 +119,7 @@ class Daemon:
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
         self._next_coverage = 0.0
         self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
+        self._walk_reading = 0.0
         self._folders: dict[str, int] = {}  # root → folders its last walk listed
         #: Files the start-up scan left as history, followed from their end once they change.
         self.history = HistoryIndex()
@@ -596,7 +597,9 @@ class Daemon:
         now_m = time.monotonic()
         if not count or appeared or now_m >= self._next_walk:
             found = self._walk(counting)
-            self._next_walk = now_m + (time.monotonic() - now_m) * WALK_COST_FACTOR
+            # the walk's own cost: not the time spent reading the files it found (issue 22: a root swapped
+            # for a symlink and back was read whole in its walk, and walks then paused for minutes)
+            self._next_walk = now_m + max(0.0, time.monotonic() - now_m - self._walk_reading) * WALK_COST_FACTOR
         for path in list(store.files):
             try:
                 st = os.stat(path)
@@ -631,6 +634,7 @@ class Daemon:
         forgotten. True when it read something."""
         store, m, history = self.store, self.metrics, self.history
         found = False
+        self._walk_reading = 0.0  # seconds spent reading found files (not the walk's own cost)
         seen = bytearray(history.slots()) if len(history) else None
         denied: dict[str, OSError] = {}
         for prov, root in self.roots:
@@ -652,7 +656,9 @@ class Daemon:
                     continue
                 if counting:
                     m.poll_recoveries.labels(prov).inc()
+                began = time.monotonic()
                 self._read(path, live=True)
+                self._walk_reading += time.monotonic() - began
                 found = True
             self._folders[str(root)] = stats.dirs
             denied.update(stats.denied)

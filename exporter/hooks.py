@@ -398,6 +398,52 @@ def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
     return token
 
 
+#: In the default state folder: where a running exporter's own state_dir is,
+#: when its configuration moved it elsewhere.
+POINTER_FILE = "exporter-state-dir"
+
+
+def note_state_dir(state_dir: Path, default_dir: Path) -> None:
+    """Called by ``run``: when ``state_dir`` is not ``default_dir`` (the
+    platform's default), write its path to ``default_dir/exporter-state-dir``
+    (0600), so that the ``hook`` command and ``hooks install`` run without
+    ``--config.file`` find the hook secret and the spool of this exporter;
+    when it is the default, remove a pointer left by another configuration.
+    Raises ``OSError``."""
+    pointer = Path(default_dir) / POINTER_FILE
+    if Path(state_dir).absolute() == Path(default_dir).absolute():
+        pointer.unlink(missing_ok=True)
+        return
+    Path(default_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = pointer.with_name(f".{POINTER_FILE}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(str(Path(state_dir).absolute()) + "\n")
+    os.replace(tmp, pointer)
+
+
+def default_state_dir(default_dir: Path) -> Path:
+    """The state folder for a command run without ``--config.file``: the one
+    a running exporter noted in ``default_dir`` (:func:`note_state_dir`; only
+    a pointer file of this user's that others cannot write, naming an
+    existing folder), else ``default_dir``."""
+    pointer = Path(default_dir) / POINTER_FILE
+    try:
+        fd = os.open(pointer, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return Path(default_dir)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and (st.st_uid != os.getuid()
+                                                                          or st.st_mode & 0o022)):
+                return Path(default_dir)
+            target = Path(f.read(4096).decode("utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return Path(default_dir)
+    return target if target.is_absolute() and target.is_dir() else Path(default_dir)
+
+
 # -- the ``hook`` command ------------------------------------------------------
 def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float = 2.0,
          max_body_bytes: int = 4 << 20, at: float | None = None) -> str:

@@ -254,13 +254,14 @@ def _secret(config_file: str | None) -> str | None:
     made now if the exporter has not run yet; None when ``hooks.auth`` is off. Raises OSError
     (unusable state folder or secret) or ValueError (a bad configuration file)."""
     from .config import ConfigError, load
-    from .hooks import ensure_secret
+    from .hooks import default_state_dir, ensure_secret
 
     try:
         cfg = load(Path(config_file).expanduser() if config_file else None)
     except ConfigError as e:
         raise ValueError(f"--config.file: {e}") from None
-    return ensure_secret(cfg.resolved_state_dir()) if cfg.hooks.auth else None
+    state_dir = cfg.resolved_state_dir() if config_file else default_state_dir(cfg.resolved_state_dir())
+    return ensure_secret(state_dir) if cfg.hooks.auth else None
 
 
 def check_url(url: str) -> str | None:
@@ -311,6 +312,14 @@ def main(args: argparse.Namespace) -> int:
     except OSError as e:
         print(f"coding-agent-exporter: {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    restart = "Claude Code" if args.agent == "claude_code" else "Codex (then review the hooks with /hooks)"
-    print(f"Restart {restart} to load them.")
+    if args.agent == "codex" or args.use_command:
+        cmd = shlex.split(hook_command(args.agent, args.url, args.config_file))
+        exe = cmd[0] if cmd[1:2] != ["-m"] else f"{cmd[0]} -m coding_agent_exporter"
+        print(f"The hooks run {exe}: if you move or delete it (the clone or virtual environment it is in, or a "
+              "switch to pipx), run `hooks install` again.")
+    if args.agent == "codex":
+        print("Codex versions that still keep hooks behind a feature flag also need `codex_hooks = true` under "
+              "`[features]` in ~/.codex/config.toml. Restart Codex, then review the hooks with /hooks.")
+    else:
+        print("Restart Claude Code to load them.")
     return 0

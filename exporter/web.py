@@ -205,7 +205,7 @@ class _Auth:
 _DRAIN_MAX_BYTES = 64 << 20
 
 
-def hooks_app(inbox, max_body_bytes: int, secret: str | None = None):
+def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: float = 30.0):
     """WSGI app for ``POST /hooks/<provider>``: the body is the hook's JSON
     exactly as the agent sends it, with ``Content-Type: application/json``
     and, when ``secret`` is set, the secret in the ``X-Coding-Agent-Hook-Token``
@@ -215,7 +215,9 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None):
     a hook event, 401 without the secret, 404 for an unknown agent, 405 for
     another method, 413 past ``max_body_bytes`` (not read), 415 for another
     content type (a browser's ``no-cors`` request can only send
-    ``text/plain`` and form types), 429 when the inbox is full. Every
+    ``text/plain`` and form types), 429 when the inbox is full. A time
+    header (``X-Coding-Agent-Hook-Time``, Unix seconds) more than
+    ``max_skew`` seconds from now is ignored (received now). Every
     refusal is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
     from .hooks import TIME_HEADER, TOKEN_HEADER
     from .providers import PROVIDER_MODULES
@@ -273,7 +275,9 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None):
             at = float(environ.get(time_key) or "nan")
         except ValueError:
             at = float("nan")
-        error = inbox.receive(provider, body, at if at == at else None)
+        if not abs(at - time.time()) <= max_skew:  # NaN included
+            at = None
+        error = inbox.receive(provider, body, at)
         if error is None:
             return reply(start_response, "200 OK")
         if error == "too_large":

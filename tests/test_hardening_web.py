@@ -209,3 +209,93 @@ def test_a_file_that_failed_for_want_of_descriptors_is_read_at_the_next_poll(tmp
             d.store.sessions[("claude_code", s.sid)].status.state == "completed"
         assert done == (err == errno.EMFILE), (err, done)
         monkeypatch.setattr(os, "open", real_open)
+
+
+def _in_process(tmp_path, **extra):
+    from coding_agent_exporter.config import from_mapping
+    from coding_agent_exporter.daemon import Daemon as InProcess
+
+    root = tmp_path / "claude" / "projects"
+    cfg = from_mapping({"sources": {"claude_code": {"paths": [str(root)]}, "codex": {"enabled": False},
+                                    "watch_events": False}, "state_dir": str(tmp_path / "state"), **extra})
+    return InProcess(cfg)
+
+
+def test_the_walk_back_off_counts_the_walk_not_the_reading(tmp_path, monkeypatch):
+    """The poll's walk runs at most once per WALK_COST_FACTOR times its own
+    duration. Reading the files a walk found (a root swapped for a symlink
+    and back is found anew, whole) is not the walk's cost: counted as such it
+    paused walks, and new sessions, for minutes."""
+    from coding_agent_exporter import daemon as daemon_mod
+
+    d = _in_process(tmp_path)
+    for n in range(20):
+        s = ClaudeSession(f"a{n:07d}-0000-4000-8000-000000000024")
+        write(claude_path(tmp_path, s.sid), s.prompt())
+    real = daemon_mod.Daemon._read
+
+    def slow_read(self, path, live, until=None):
+        time.sleep(0.05)  # 20 files: a second of reading
+        return real(self, path, live, until)
+
+    monkeypatch.setattr(daemon_mod.Daemon, "_read", slow_read)
+    t = time.monotonic()
+    d._poll(count=False)
+    assert time.monotonic() - t >= 1.0 and len(d.store.files) == 20
+    assert d._next_walk - time.monotonic() < 0.2 * daemon_mod.WALK_COST_FACTOR, d._next_walk - time.monotonic()
+
+
+def test_hook_memory_is_bounded_and_a_delivery_made_twice_applies_once(tmp_path):
+    """A session's hooks used to leave about 360 bytes each for the
+    session's life. The identities kept to apply one delivery made twice
+    once (posted, then spooled) are bounded whatever the traffic."""
+    from coding_agent_exporter.store import HOOK_IDENTS_KEPT
+
+    d = _in_process(tmp_path)
+    s = ClaudeSession("b0000000-0000-4000-8000-000000000024")
+    path = claude_path(tmp_path, s.sid)
+    write(path, s.prompt() + s.tool_use())
+    d._poll(count=False)
+    session = d.store.sessions[("claude_code", s.sid)]
+    seen_before = len(session.seen)
+    body = {"session_id": s.sid, "transcript_path": str(path), "cwd": "/home/dev/proj", "tool_name": "Bash"}
+    now = time.time()
+    for n in range(HOOK_IDENTS_KEPT + 2000):
+        name = "PermissionRequest" if n % 2 == 0 else "PostToolUse"
+        assert d.hooks.receive("claude_code", json.dumps({**body, "hook_event_name": name, "n": n}).encode(),
+                               now) is None
+        if n % 500 == 0:
+            d._apply_hooks()
+    d._apply_hooks()
+    assert len(session.seen) == seen_before and len(d.store._hook_idents) == HOOK_IDENTS_KEPT
+    twice = json.dumps({**body, "hook_event_name": "PermissionRequest", "n": "twice"}).encode()
+    dup = d.metrics.duplicates.labels("claude_code")._value.get()
+    for _ in range(2):
+        d.hooks.receive("claude_code", twice, now)
+        d._apply_hooks()
+    assert d.metrics.duplicates.labels("claude_code")._value.get() == dup + 1
+
+
+def test_a_hook_time_header_cannot_backdate_an_event(tmp_path):
+    """``X-Coding-Agent-Hook-Time`` further than hooks.max_clock_skew_seconds
+    from now is ignored: the event counts as received now."""
+    import io
+
+    from coding_agent_exporter.web import hooks_app
+
+    got = []
+
+    class Inbox:
+        metrics = None
+
+        def receive(self, provider, body, at):
+            got.append(at)
+
+    app = hooks_app(Inbox(), 1 << 20, None, max_skew=30)
+    for offset in (-86400 * 300, -3600, -10, 0, 20, 86400):
+        at = time.time() + offset
+        environ = {"PATH_INFO": "/hooks/claude_code", "REQUEST_METHOD": "POST", "CONTENT_TYPE": "application/json",
+                   "CONTENT_LENGTH": "2", "wsgi.input": io.BytesIO(b"{}"), "HTTP_X_CODING_AGENT_HOOK_TIME": repr(at)}
+        app(environ, lambda *a: None)
+    assert got[:2] == [None, None] and got[-1] is None
+    assert all(g is not None for g in got[2:5])

@@ -554,3 +554,36 @@ def test_a_full_disk_leaves_no_temp_file(tmp_path, monkeypatch):
     monkeypatch.setattr(hooks.os, "fdopen", lambda fd, mode: Full(fd))
     assert hooks.spool(tmp_path, "codex", b"{}", time.time()) is False
     assert os.listdir(tmp_path / "hook-spool") == []
+
+
+def test_the_hook_command_without_a_config_file_finds_the_running_exporter(tmp_path):
+    """Hooks installed without --config.file, an exporter whose config moves
+    state_dir: the hook command still finds its secret (delivered, not
+    refused) and, when the exporter is down, spools where it reads."""
+    receiver = Receiver()
+    xdg = tmp_path / "xdg"
+    exp = Exporter(tmp_path, receiver=receiver, env={"XDG_STATE_HOME": str(xdg)})
+    path = claude_path(tmp_path, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    env = {**os.environ, "XDG_STATE_HOME": str(xdg)}
+
+    def run(event):
+        return subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", "claude_code",
+                               "--url", f"http://127.0.0.1:{exp.port}"], input=json.dumps(claude_hook(
+                                   event, path, tool_name="Bash")).encode(), capture_output=True, cwd=ROOT,
+                              timeout=30, env=env)
+
+    try:
+        exp.start()
+        assert (xdg / "coding-agent-exporter" / "exporter-state-dir").read_text().strip() == str(tmp_path / "state")
+        r = run("PermissionRequest")
+        assert r.returncode == 0 and b"refused" not in r.stderr, r.stderr
+        exp.wait_state(SID, "waiting")
+        exp.stop()
+        assert run("PostToolUse").returncode == 0
+        assert len(os.listdir(tmp_path / "state" / "hook-spool")) == 1
+    finally:
+        exp.stop()
+        receiver.close()

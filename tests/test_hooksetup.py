@@ -232,3 +232,16 @@ def test_install_writes_through_a_symlinked_settings_file(tmp_path: Path):
     assert link.is_symlink() and link.resolve() == real
     merged = json.loads(real.read_text())
     assert merged["model"] == "opus" and set(merged["hooks"]) == set(CLAUDE_EVENTS)
+
+
+def test_install_says_what_the_command_hooks_run_and_about_codex_hooks(tmp_path: Path):
+    """Command hooks name this installation's executable: install says so,
+    and when it would break; the Codex message names ``codex_hooks = true``."""
+    r = cli("install", "--agent", "codex", "--file", str(tmp_path / "hooks.json"))
+    assert r.returncode == 0, r.stderr
+    cmd = handlers(json.loads((tmp_path / "hooks.json").read_text()), "Stop")[0]["command"]
+    exe = cmd.split(" hook --agent")[0]
+    assert f"The hooks run {exe}" in r.stdout or f"The hooks run {exe.split(' -m ')[0]}" in r.stdout, r.stdout
+    assert "run `hooks install` again" in r.stdout and "codex_hooks = true" in r.stdout
+    r = cli("install", "--agent", "claude_code", "--file", str(tmp_path / "settings.json"))
+    assert r.returncode == 0 and "The hooks run" not in r.stdout and "Restart Claude Code" in r.stdout
