@@ -317,9 +317,9 @@ class HostCheck:
         names = {str(a).lower().rstrip(".") for a in allowed}
         self.any = "*" in names
         names |= {"localhost", _host_name(listen_host)} if listen_host else {"localhost"}
-        for name in (socket.gethostname(), socket.getfqdn()):
-            if name:
-                names.add(name.lower().rstrip("."))
+        name = socket.gethostname()  # not getfqdn(): a reverse lookup can hang the start for seconds
+        if name:
+            names.add(name.lower().rstrip("."))
         self.names = names - {"", "0.0.0.0", "::"}
 
     def host_ok(self, host: str | None) -> bool:
