@@ -10,8 +10,8 @@ delivery runs in its own thread and never blocks reading.
 from __future__ import annotations
 
 import collections
-import errno
 import dataclasses
+import errno
 import logging
 import os
 import stat
@@ -256,13 +256,12 @@ class Daemon:
 
     def _apply_hooks(self) -> bool:
         """Apply the hook events received since the last round, in arrival
-        order. The transcript a hook names is read first (when it lies under
-        a configured root), so the hook is ordered after every record written
-        before it ran. A hook for a session no transcript told of is taken
-        only when its transcript lies under a configured root: anything else
-        (a session this exporter does not follow, a made-up id) is counted
-        and dropped, so it can neither page nor linger. True when there were
-        any."""
+        order. A hook is taken only when its transcript is a regular file
+        under a configured root that names its session (:meth:`_speaks_for`):
+        anything else (a session this exporter does not follow, a made-up id,
+        another session's file) is counted and dropped, so it can neither
+        page nor linger. That transcript is read first, so the hook is ordered
+        after every record written before it ran. True when there were any."""
         items = self.hooks.take()
         waits = False
         for d in items:
