@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(args.config_file)
     except ConfigError as e:
         errors = e.errors
+        if args.command == "check-config" and e.partial is not None:
+            errors = errors + _problems(e.partial)  # every error at once, not one kind per run
         if len(errors) == 1:
             print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
         else:
@@ -234,7 +236,7 @@ def _scan(args, cfg) -> int:
 
 
 def _check(cfg) -> int:
-    from .alerts import build_targets, describe_targets
+    from .alerts import describe_targets
     from .sources import configured_roots, describe_root
     from .store import PROVIDER_MODULES
 
@@ -246,12 +248,7 @@ def _check(cfg) -> int:
     state_dir = cfg.resolved_state_dir()
     print(f"state_dir: {state_dir}")
     print(describe_targets(cfg).splitlines()[0])
-    problems = []
-    try:
-        build_targets(cfg)
-    except ValueError as e:
-        problems += str(e).splitlines()
-    problems += _state_dir_problems(state_dir)
+    problems = _problems(cfg)
     if problems:
         print(f"configuration has {len(problems)} error(s):")
         for line in problems:
@@ -259,6 +256,19 @@ def _check(cfg) -> int:
         return 2
     print("configuration OK")
     return 0
+
+
+def _problems(cfg) -> list[str]:
+    """What ``run`` would refuse beyond the file's keys: Apprise URLs it
+    cannot use (every one) and an unusable ``state_dir``."""
+    from .alerts import build_targets
+
+    problems = []
+    try:
+        build_targets(cfg)
+    except ValueError as e:
+        problems += str(e).splitlines()
+    return problems + _state_dir_problems(cfg.resolved_state_dir())
 
 
 def _state_dir_problems(state_dir) -> list[str]:

@@ -19,9 +19,12 @@ class ConfigError(Exception):
     """A configuration problem; the message names the file and the key.
     ``errors`` lists every problem found (the message joins them by line)."""
 
-    def __init__(self, message: str, errors: list[str] | None = None):
+    def __init__(self, message: str, errors: list[str] | None = None, partial=None):
         super().__init__(message)
         self.errors = errors or [message]
+        #: The :class:`Config` built with defaults where a value was bad (or
+        #: None): lets ``check-config`` go on checking what it can.
+        self.partial = partial
 
 
 @dataclass
@@ -269,7 +272,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
         if kind not in ("completed", "error", "stalled", "waiting"):
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
     if errors:
-        raise ConfigError("\n".join(errors), errors)
+        raise ConfigError("\n".join(errors), errors, cfg)
     return cfg
 
 

@@ -147,3 +147,16 @@ def test_address_in_use_says_what_to_do(tmp_path):
         out = _cli("run", "--config.file", str(cfg), "--web.listen-address", f"127.0.0.1:{port}")
     assert out.returncode == 1
     assert "another exporter" in out.stderr and "--web.listen-address" in out.stderr, out.stderr
+
+
+def test_check_config_lists_key_url_and_state_dir_errors_in_one_run(tmp_path):
+    """A bad key, two bad Apprise URLs and a state_dir that is a file: all
+    four in one run of check-config."""
+    state = tmp_path / "state-file"
+    state.write_text("x")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"state_dir: {state}\nsources:\n  bogus: 1\nalerts:\n  urls: ['nope://a', 'bogus://b']\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2 and "4 configuration errors" in out.stderr, out.stderr
+    for needle in ("sources.bogus", "alerts.urls[0]", "alerts.urls[1]", f"state_dir: {state}: not a folder"):
+        assert needle in out.stderr, needle
