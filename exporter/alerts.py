@@ -20,6 +20,7 @@ URLs are logged in Apprise's privacy form (no secrets).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
@@ -91,7 +92,8 @@ def _split_tags(entry: str) -> tuple[list[str], str]:
 def build_targets(cfg: Config) -> list[Target]:
     """Targets from ``alerts.urls``, ``alerts.config_file`` and the
     ``alerts.url_env`` environment variable. Raises ``ValueError`` naming the
-    key for a URL Apprise does not understand (the URL itself is not shown)."""
+    key of every URL Apprise does not understand, one per line (the URL
+    itself is not shown)."""
     entries = list(cfg.alerts.urls)
     env = os.environ.get(cfg.alerts.url_env, "") if cfg.alerts.url_env else ""
     entries += [e for e in env.split() if e]
@@ -99,18 +101,23 @@ def build_targets(cfg: Config) -> list[Target]:
         return []
     import apprise  # about 0.15 s of imports: only where alerts are configured
 
-    plugins = []
+    plugins, problems = [], []  # every problem at once (check-config lists them all), one per line
     for i, entry in enumerate(entries):
         tags, url = _split_tags(entry)
         plugin = apprise.Apprise.instantiate(url, tag=tags or None)
         if plugin is None:
-            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else f"${cfg.alerts.url_env}"
-            raise ValueError(f"{where}: not an Apprise URL that this installation supports")
+            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
+                f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
+            problems.append(f"{where}: not an Apprise URL that this installation supports")
+            continue
         plugins.append(plugin)
     if cfg.alerts.config_file:
         path = Path(cfg.alerts.config_file).expanduser()
         if not path.is_file():
-            raise ValueError(f"alerts.config_file: {path}: no such file")
+            problems.append(f"alerts.config_file: {path}: no such file")
+    if problems:
+        raise ValueError("\n".join(problems))
+    if cfg.alerts.config_file:
         ac = apprise.AppriseConfig()
         ac.add(str(path))
         holder = apprise.Apprise()
@@ -215,6 +222,7 @@ class Alerter:
         #: (``alerts.remind_after_seconds``): key → (pending, sent at).
         self._remind: dict[str, tuple[Pending, float]] = {}
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
+        self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -462,7 +470,34 @@ class Alerter:
                 del self.pending[key]
                 self._decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
                 continue
+            if not self._rate_ok(p, now):
+                del self.pending[key]
+                continue
             self._work.put(p)
+
+    def _rate_ok(self, p: Pending, now: float) -> bool:
+        """``p`` keeps ``alerts.max_pages_per_session`` per
+        ``alerts.page_rate_window_seconds`` (Unix seconds ``now``); when
+        over, it is counted, logged and dropped (never sent)."""
+        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
+        if not limit or not window:
+            return True
+        rates = self._rates
+        key = (p.session.provider, p.session.session_id)
+        times = [t for t in rates.get(key, ()) if now - t < window]
+        if len(rates) > 10_000:  # sessions paged long ago: forgotten
+            for k in [k for k, v in rates.items() if not v or now - v[-1] >= window]:
+                del rates[k]
+        if len(times) >= limit:
+            rates[key] = times
+            self.metrics.alerts_rate_limited.labels(p.kind).inc()
+            with self._lock:
+                self.ledger.pop(p.key, None)
+            self._decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
+                          "(alerts.max_pages_per_session)", level=logging.WARNING)
+            return False
+        rates[key] = times + [now]
+        return True
 
     def _reminders(self, now: float) -> None:
         """One reminder for a page whose session still shows the same state
@@ -483,7 +518,7 @@ class Alerter:
             r = Pending("remind:" + key, p.kind, p.session, p.turn, p.state, "Reminder: " + p.title, p.body,
                         first_seen=now, due=now, since=cur.since)
             r.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
-            if r.remaining:
+            if r.remaining and self._rate_ok(r, now):
                 self.pending[r.key] = r
                 self._work.put(r)
 
@@ -552,7 +587,8 @@ class Alerter:
         still = []
         for i in p.remaining:
             target = self.targets[i]
-            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type)
+            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type,
+                                      body_format=apprise.NotifyFormat.TEXT)
             if res:
                 continue
             still.append(i)
@@ -593,8 +629,6 @@ class Alerter:
             title = f"{mod.LABEL} · {project}: stopped on {(st.error_kind or 'error').replace('_', ' ')}"
         elif st.state == "waiting":
             title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
-            if st.tool and st.reason == "permission":
-                title += f" ({st.tool})"
         else:
             title = f"{mod.LABEL} · {project}: stalled"
         lines = [f"Session: {s.session_id}"]
@@ -606,7 +640,8 @@ class Alerter:
         elif st.state == "error":
             lines.append(f"Error: {st.error_kind}")
         elif st.state == "waiting":
-            lines.append(f"Waiting for: {st.reason}" + (f" ({st.tool})" if st.tool else ""))
+            # A tool name comes from a hook body: data, quoted and bounded, never the title (issue 22).
+            lines.append(f"Waiting for: {st.reason}" + (f" (tool {json.dumps(st.tool[:64])})" if st.tool else ""))
         if self.a.include_excerpt and s.reducer.last_text:
             text = s.reducer.last_text.strip()
             n = self.a.excerpt_chars

@@ -6,6 +6,7 @@ Flags follow Prometheus exporters (exporter-toolkit names).
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import signal
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     scan = sub.add_parser("scan", allow_abbrev=False, help="reduce files or folders once and print one line per session")
     _common(scan)
-    scan.add_argument("paths", nargs="+", metavar="PATH", help="transcript files or folders")
+    scan.add_argument("paths", nargs="*", metavar="PATH",
+                      help="transcript files or folders (default: the configured roots, as `run` reads them)")
     scan.add_argument("--json", action="store_true", help="print JSON lines")
     scan.add_argument("--at", metavar="TIME",
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
@@ -105,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(args.config_file)
     except ConfigError as e:
         errors = e.errors
+        if args.command == "check-config" and e.partial is not None:
+            errors = errors + _problems(e.partial)  # every error at once, not one kind per run
         if len(errors) == 1:
             print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
         else:
@@ -150,9 +154,18 @@ def _hook(args) -> int:
         if len(body) > limit:
             log.warning("hook: event larger than hooks.max_body_bytes; not delivered")
             return 0
-        outcome = send(args.agent, body, args.url, cfg.resolved_state_dir(), timeout=args.timeout,
-                       max_body_bytes=limit)
-        if outcome != "sent":
+        state_dir = cfg.resolved_state_dir()
+        if not args.config_file:  # where a running exporter keeps its secret and reads the spool
+            from .hooks import default_state_dir
+
+            state_dir = default_state_dir(state_dir)
+        outcome = send(args.agent, body, args.url, state_dir, timeout=args.timeout, max_body_bytes=limit)
+        if outcome in ("refused", "dropped"):  # lost: the user must hear of it
+            log.warning("hook: event %s (%s)%s", outcome, redact_url(args.url),
+                        ": the exporter refused it (a wrong hook secret? run `hooks install` again)"
+                        if outcome == "refused" else ": it could not be spooled (full disk, or a spool "
+                        "folder that is not yours)")
+        elif outcome != "sent":
             log.info("hook: event %s (%s)", outcome, redact_url(args.url))
     except Exception as e:  # noqa: BLE001 - a hook must never fail the agent
         log.warning("hook: %s", e)
@@ -179,8 +192,19 @@ def _scan_hint(args, cfg) -> str:
 
 
 def _scan(args, cfg) -> int:
-
     from .scan import format_table, print_progress, scan
+
+    if not args.paths:
+        from .sources import configured_roots
+
+        roots = configured_roots(cfg)
+        args.paths = [str(root) for _prov, root in roots if root.is_dir()]
+        if not args.paths:
+            print("hint: none of the configured transcript folders exists yet: "
+                  + ", ".join(str(root) for _prov, root in roots) + " (give files or folders to scan)",
+                  file=sys.stderr)
+            return 0
+        print(f"scanning the configured folders: {' '.join(args.paths)}", file=sys.stderr)
 
     at = None
     if args.at:
@@ -213,7 +237,7 @@ def _scan(args, cfg) -> int:
 
 
 def _check(cfg) -> int:
-    from .alerts import build_targets, describe_targets
+    from .alerts import describe_targets
     from .sources import configured_roots, describe_root
     from .store import PROVIDER_MODULES
 
@@ -226,15 +250,65 @@ def _check(cfg) -> int:
 
     for folder in folders_of(cfg, configured_roots(cfg)):
         print(f"claude_code session registry: {folder} ({'exists' if folder.is_dir() else 'does not exist yet'})")
-    print(f"state_dir: {cfg.resolved_state_dir()}")
-    print(describe_targets(cfg))
-    try:
-        build_targets(cfg)
-    except ValueError:
-        print("configuration has errors")
+    state_dir = cfg.resolved_state_dir()
+    print(f"state_dir: {state_dir}")
+    print(describe_targets(cfg).splitlines()[0])
+    problems = _problems(cfg)
+    if problems:
+        print(f"configuration has {len(problems)} error(s):")
+        for line in problems:
+            print(f"  {line}")
         return 2
     print("configuration OK")
     return 0
+
+
+def _problems(cfg) -> list[str]:
+    """What ``run`` would refuse beyond the file's keys: Apprise URLs it
+    cannot use (every one) and an unusable ``state_dir``."""
+    from .alerts import build_targets
+
+    problems = []
+    try:
+        build_targets(cfg)
+    except ValueError as e:
+        problems += str(e).splitlines()
+    return problems + _state_dir_problems(cfg.resolved_state_dir())
+
+
+def _state_dir_problems(state_dir) -> list[str]:
+    """Why ``run`` could not use ``state_dir`` (a Path), without changing
+    anything: not a folder, not writable (or no writable parent to make it
+    in), or a hook secret or spool folder that would be refused."""
+    from pathlib import Path
+
+    from .hooks import SPOOL_DIR, read_secret, spool_folder
+
+    where = f"state_dir: {state_dir}"
+    if state_dir.exists():
+        if not state_dir.is_dir():
+            return [f"{where}: not a folder (set state_dir in the config file)"]
+        if not os.access(state_dir, os.W_OK | os.X_OK):
+            return [f"{where}: not writable by this user (set state_dir in the config file)"]
+    else:
+        parent = Path(state_dir).parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            return [f"{where}: cannot be made ({parent} is not writable; set state_dir in the config file)"]
+        return []
+    out = []
+    try:
+        read_secret(state_dir)
+    except OSError as e:
+        out.append(f"{where}: {e.strerror or e}")
+    try:
+        spool_folder(state_dir, create=False)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        out.append(f"{where}/{SPOOL_DIR}: {e.strerror or e}")
+    return out
 
 
 def _run(args, cfg) -> int:
@@ -270,12 +344,25 @@ def _run(args, cfg) -> int:
         early.cancel()  # unless the daemon took its result
 
 
+def _note_state_dir(cfg) -> None:
+    """Tell commands run without ``--config.file`` (agents' hooks) where this
+    exporter's state folder is (:func:`.hooks.note_state_dir`)."""
+    from .config import Config
+    from .hooks import note_state_dir
+
+    try:
+        note_state_dir(cfg.resolved_state_dir(), Config().resolved_state_dir())
+    except OSError as e:
+        log.warning("cannot note the state_dir for hook commands run without --config.file: %s", e.strerror or e)
+
+
 def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .alerts import Alerter
     from .daemon import Daemon
     from .metrics import Metrics, SessionCollector
+    from .hooks import ensure_secret
     from .persist import StateDirBusy, lock_state_dir
-    from .web import hooks_app, load_web_config, make_app, serve
+    from .web import HostCheck, Limits, hooks_app, load_web_config, make_app, parse_listen_address, serve
 
     try:
         web = load_web_config(args.web_config)
@@ -288,6 +375,8 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     metrics.set_machine(machine)
     try:
         lock = lock_state_dir(cfg.resolved_state_dir())  # held until the process exits
+        secret = ensure_secret(cfg.resolved_state_dir()) if cfg.hooks.auth else None
+        _note_state_dir(cfg)
         alerter = Alerter.from_config(cfg, metrics)
     except ConfigError as e:
         print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
@@ -323,15 +412,26 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
             print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
             return 2
         routes[FLEET_PATH] = fleet.app
-    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes), status=status, routes=routes)
     try:
-        server = serve(app, args.listen, web)
+        listen_host = parse_listen_address(args.listen)[0]
     except ValueError as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
+                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret,
+                                                  cfg.hooks.max_clock_skew_seconds), status=status,
+                   host_check=HostCheck(listen_host, cfg.web.allowed_hosts), routes=routes,
+                   refused=metrics.http_refused)
+    try:
+        server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,
+                                                     cfg.web.request_timeout_seconds,
+                                                     cfg.web.keep_alive_timeout_seconds))
     except OSError as e:
-        print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}", file=sys.stderr)
+        hint = ""
+        if e.errno == errno.EADDRINUSE:
+            hint = (" (another exporter, or another program, is listening there: stop it, or pick another "
+                    "address with --web.listen-address, e.g. 127.0.0.1:9878)")
+        print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}{hint}", file=sys.stderr)
         return 1
     scheme = "https" if web.cert_file else "http"
     host, port = server.server_address[:2]

@@ -19,9 +19,12 @@ class ConfigError(Exception):
     """A configuration problem; the message names the file and the key.
     ``errors`` lists every problem found (the message joins them by line)."""
 
-    def __init__(self, message: str, errors: list[str] | None = None):
+    def __init__(self, message: str, errors: list[str] | None = None, partial=None):
         super().__init__(message)
         self.errors = errors or [message]
+        #: The :class:`Config` built with defaults where a value was bad (or
+        #: None): lets ``check-config`` go on checking what it can.
+        self.partial = partial
 
 
 @dataclass
@@ -131,6 +134,10 @@ class Alerts:
     #: One reminder for a session still waiting (or still on your turn) this
     #: many seconds after its page (0: off).
     remind_after_seconds: float = 0.0
+    #: At most this many pages per session within ``page_rate_window_seconds``
+    #: (0: no limit); the rest are dropped, counted and logged.
+    max_pages_per_session: int = 20
+    page_rate_window_seconds: float = 3600.0
     retry: Retry = field(default_factory=Retry)
 
 
@@ -140,6 +147,28 @@ class Hooks:
     max_body_bytes: int = 4 * 1024 * 1024
     #: Spooled hook events (the exporter was down) older than this are dropped.
     spool_max_age_seconds: float = 3600.0
+    #: Hook deliveries must carry the secret of ``state_dir/hook-secret``.
+    auth: bool = True
+    #: A delivery's time header (the ``hook`` command's) further than this
+    #: from the exporter's clock is ignored: the event counts as received now.
+    max_clock_skew_seconds: float = 30.0
+
+
+@dataclass
+class Web:
+    #: Host names (besides IP addresses, ``localhost`` and this machine's
+    #: name) a request's ``Host`` may name; ``"*"``: any.
+    allowed_hosts: list[str] = field(default_factory=list)
+    #: Connections open at once (fewer when the open-file limit is low: a
+    #: quarter of it, at least 64, stays for reading files); past it a new
+    #: connection closes the oldest one that has no request in progress.
+    max_connections: int = 500
+    #: Seconds from connecting to a whole request head (slow or silent clients).
+    header_timeout_seconds: float = 10.0
+    #: Seconds from the head to the end of the response (the body included).
+    request_timeout_seconds: float = 30.0
+    #: Seconds a connection may stay idle between requests.
+    keep_alive_timeout_seconds: float = 5.0
 
 
 @dataclass
@@ -180,6 +209,7 @@ class Config:
     metrics: Metrics = field(default_factory=Metrics)
     alerts: Alerts = field(default_factory=Alerts)
     hooks: Hooks = field(default_factory=Hooks)
+    web: Web = field(default_factory=Web)
     #: Where the alert ledger lives; default: the platform's user state folder
     #: (platformdirs: ``$XDG_STATE_HOME/coding-agent-exporter``, else
     #: ``~/.local/state/…`` on Linux; ``~/Library/Application Support/…`` on
@@ -294,6 +324,11 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
         errors.append(f"{source}: sources.poll_interval_seconds: must be greater than 0")
     if cfg.sources.max_line_bytes < 1024:
         errors.append(f"{source}: sources.max_line_bytes: must be at least 1024")
+    if cfg.web.max_connections < 1:
+        errors.append(f"{source}: web.max_connections: must be at least 1")
+    for key in ("header_timeout_seconds", "request_timeout_seconds"):
+        if getattr(cfg.web, key) <= 0:
+            errors.append(f"{source}: web.{key}: must be greater than 0")
     if cfg.reducer.evaluation_interval_seconds <= 0:
         errors.append(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
     for kind in cfg.alerts.tags:
@@ -301,7 +336,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
     errors += _fleet_errors(cfg, source)
     if errors:
-        raise ConfigError("\n".join(errors), errors)
+        raise ConfigError("\n".join(errors), errors, cfg)
     return cfg
 
 

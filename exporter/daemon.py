@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import logging
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -44,6 +46,13 @@ HOOK_SESSIONS_KEPT = 1000
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
 WALK_COST_FACTOR = 100.0
+
+
+def _short_of_fds(f) -> bool:
+    """The last read of ``f`` failed for want of descriptors (EMFILE,
+    ENFILE): the file is fine, so it is tried again at the next poll instead
+    of waiting for its stat to change (issue 22)."""
+    return f.failing in (errno.EMFILE, errno.ENFILE)
 
 
 def _stat_key(st: os.stat_result) -> tuple:
@@ -113,6 +122,7 @@ class Daemon:
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
         self._next_coverage = 0.0
         self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
+        self._walk_reading = 0.0
         self._folders: dict[str, int] = {}  # root → folders its last walk listed
         #: Files the start-up scan left as history, followed from their end once they change.
         self.history = HistoryIndex()
@@ -232,7 +242,8 @@ class Daemon:
                 polled = False
                 if time.monotonic() >= next_poll:
                     polled = self._poll()
-                    self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds)
+                    self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds,
+                                          cfg.hooks.max_body_bytes)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
                 hooked = self._apply_hooks()
                 hooked = self.registry.step(self) or hooked
@@ -250,20 +261,20 @@ class Daemon:
 
     def _apply_hooks(self) -> bool:
         """Apply the hook events received since the last round, in arrival
-        order. The transcript a hook names is read first (when it lies under
-        a configured root), so the hook is ordered after every record written
-        before it ran. A hook for a session no transcript told of is taken
-        only when its transcript lies under a configured root: anything else
-        (a session this exporter does not follow, a made-up id) is counted
-        and dropped, so it can neither page nor linger. True when there were
-        any."""
+        order. A hook is taken only when its transcript is a regular file
+        under a configured root that names its session (:meth:`_speaks_for`):
+        anything else (a session this exporter does not follow, a made-up id,
+        another session's file) is counted and dropped, so it can neither
+        page nor linger. That transcript is read first, so the hook is ordered
+        after every record written before it ran. True when there were any."""
         items = self.hooks.take()
         waits = False
         for d in items:
-            ours = self._ours(d.transcript_path)
-            if ours:
-                self._read(d.transcript_path, live=True)
-            s = self.store.apply_hook(d, may_create=ours)
+            if not self._speaks_for(d):  # issue 22: a hook speaks only for a transcript on disk that it names
+                self.metrics.hook_errors.labels("unknown_session").inc()
+                continue
+            self._read(d.transcript_path, live=True)
+            s = self.store.apply_hook(d, may_create=True)
             if s is not None:
                 waits = self._keep_hook(s, d) or waits
         if waits:
@@ -272,6 +283,20 @@ class Daemon:
             self._evaluate()
             self._save_checkpoint()
         return bool(items)
+
+    def _speaks_for(self, d) -> bool:
+        """A hook delivery ``d`` may change a session: its ``transcript_path``
+        is a regular file (not a symlink) under a configured root, and that
+        file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
+        Codex ``rollout-…-<id>.jsonl``) when it gives one."""
+        if not self._ours(d.transcript_path):
+            return False
+        try:
+            if not stat.S_ISREG(os.lstat(d.transcript_path).st_mode):
+                return False
+        except OSError:
+            return False
+        return d.session_id is None or d.session_id in os.path.basename(d.transcript_path)
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""
@@ -378,7 +403,7 @@ class Daemon:
             if f is None:
                 continue
             read += f.tailer.offset
-            if f.failing:  # logged and counted once; tried again when its stat changes
+            if f.failing and not _short_of_fds(f):  # logged and counted once; tried again when its stat changes
                 try:
                     self._unreadable[path] = _stat_key(os.stat(path))
                 except OSError:
@@ -525,7 +550,7 @@ class Daemon:
         if f is None:
             return
         if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
-                and store.changed(path, st):
+                and store.changed(path, st) and not _short_of_fds(f):
             self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
         elif self._unreadable.pop(path, None) is not None:
             log.info("%s can be read again", path)
@@ -576,7 +601,9 @@ class Daemon:
         now_m = time.monotonic()
         if not count or appeared or now_m >= self._next_walk:
             found = self._walk(counting)
-            self._next_walk = now_m + (time.monotonic() - now_m) * WALK_COST_FACTOR
+            # the walk's own cost: not the time spent reading the files it found (issue 22: a root swapped
+            # for a symlink and back was read whole in its walk, and walks then paused for minutes)
+            self._next_walk = now_m + max(0.0, time.monotonic() - now_m - self._walk_reading) * WALK_COST_FACTOR
         for path in list(store.files):
             try:
                 st = os.stat(path)
@@ -611,6 +638,7 @@ class Daemon:
         forgotten. True when it read something."""
         store, m, history = self.store, self.metrics, self.history
         found = False
+        self._walk_reading = 0.0  # seconds spent reading found files (not the walk's own cost)
         seen = bytearray(history.slots()) if len(history) else None
         denied: dict[str, OSError] = {}
         for prov, root in self.roots:
@@ -632,7 +660,9 @@ class Daemon:
                     continue
                 if counting:
                     m.poll_recoveries.labels(prov).inc()
+                began = time.monotonic()
                 self._read(path, live=True)
+                self._walk_reading += time.monotonic() - began
                 found = True
             self._folders[str(root)] = stats.dirs
             denied.update(stats.denied)

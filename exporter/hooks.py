@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import base64
 import collections
+import errno
 import hashlib
 import logging
 import os
+import stat
 import threading
 import time
 import urllib.error
@@ -44,6 +46,13 @@ log = logging.getLogger(__name__)
 #: seconds), so a spooled or retried delivery keeps its time and identity.
 TIME_HEADER = "X-Coding-Agent-Hook-Time"
 SPOOL_DIR = "hook-spool"
+#: The hook secret: made at the exporter's first start in ``state_dir``
+#: (mode 0600); every hook delivery carries it in :data:`TOKEN_HEADER`.
+SECRET_FILE = "hook-secret"
+#: Header a hook sends the secret in (a Claude Code HTTP hook's ``headers``,
+#: the ``hook`` command). Not ``Authorization``: that one is basic auth's
+#: (``--web.config.file``), and both may be needed at once.
+TOKEN_HEADER = "X-Coding-Agent-Hook-Token"
 #: Deliveries waiting for the reader thread; more are refused (counted).
 INBOX_MAX = 10_000
 #: Spooled bodies kept at most; the hook command stops spooling past it.
@@ -185,6 +194,7 @@ class HookInbox:
         self._wake = wake or (lambda: None)
         self._items: collections.deque[HookDelivery] = collections.deque()
         self._lock = threading.Lock()
+        self._spool_refused: str | None = None  # why the spool was last refused (logged once)
 
     def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
         """Take one body; returns None when queued, else the error reason
@@ -215,11 +225,28 @@ class HookInbox:
             self._items.clear()
         return items
 
-    def take_spool(self, state_dir: Path, max_age: float) -> int:
+    def take_spool(self, state_dir: Path, max_age: float, max_body_bytes: int = 4 << 20) -> int:
         """Queue what the ``hook`` command spooled while the exporter was
         down (younger than ``max_age`` seconds; older ones are counted as
-        ``expired``), deleting each file taken. Returns how many were queued."""
-        folder = Path(state_dir) / SPOOL_DIR
+        ``expired``), deleting each file taken. Returns how many were queued.
+
+        The spool folder must be this user's, mode 0700, not a symlink
+        (:func:`spool_folder`; else it is left alone, with one error logged).
+        Only regular files are read, opened without following symlinks and
+        without blocking (a FIFO cannot stall the reader thread), at most
+        ``max_body_bytes`` each (larger ones are dropped as ``too_large``);
+        anything else is removed and counted as ``unreadable_spool``. Temp
+        files a full disk left behind (older than a minute) are removed."""
+        try:
+            folder = spool_folder(state_dir, create=False)
+        except FileNotFoundError:
+            return 0
+        except OSError as e:
+            if self._spool_refused != str(e):
+                self._spool_refused = str(e)
+                log.error("hook spool not read: %s", e.strerror or e)
+            return 0
+        self._spool_refused = None
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -228,16 +255,28 @@ class HookInbox:
         now = time.time()
         for name in names:
             path = folder / name
+            if name.startswith("."):  # a temp file being written, or left by a full disk
+                try:
+                    if now - os.lstat(path).st_mtime > 60:
+                        os.unlink(path)
+                except OSError:
+                    pass
+                continue
             try:
                 stamp, provider, _rest = name.split("-", 2)
                 at = int(stamp) / 1e9
             except ValueError:
-                continue  # not ours (or a temporary file being written)
+                continue  # not ours
+            body = _read_spooled(path, max_body_bytes)
             try:
-                body = path.read_bytes()
-                path.unlink()
+                os.unlink(path)
             except OSError:
+                pass
+            if body is None:
                 self.metrics.hook_errors.labels("unreadable_spool").inc()
+                continue
+            if len(body) > max_body_bytes:
+                self.metrics.hook_errors.labels("too_large").inc()
                 continue
             if max_age and now - at > max_age:
                 self.metrics.hook_errors.labels("expired").inc()
@@ -247,14 +286,175 @@ class HookInbox:
         return taken
 
 
+def _read_spooled(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit + 1`` bytes of the regular file ``path`` (opened with
+    O_NOFOLLOW and O_NONBLOCK), or None when it is not one or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        out = bytearray()
+        while len(out) <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - len(out)))):
+            out += chunk
+        return bytes(out)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def spool_folder(state_dir: Path, create: bool = True) -> Path:
+    """``state_dir/hook-spool``, made (mode 0700) when missing and
+    ``create``. Raises ``OSError`` (``strerror`` says why and what to do)
+    when it is a symlink or not a folder, is another user's, or others may
+    use it (mode other than 0700, group and others: nothing); the hook
+    command and the exporter both refuse such a spool (issue 22)."""
+    folder = Path(state_dir) / SPOOL_DIR
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        if not create:
+            raise
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode):
+        raise PermissionError(errno.EPERM, f"{folder} is a symlink; remove it (the spool must be a folder of yours)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise PermissionError(errno.ENOTDIR, f"{folder} is not a folder; remove it")
+    _private(folder, st, "the hook spool folder")
+    return folder
+
+
+# -- the hook secret -----------------------------------------------------------
+def _private(path: Path, st: os.stat_result, what: str) -> None:
+    """Raise ``PermissionError`` unless ``st`` (of ``path``) is this user's
+    and neither group nor others may use it (POSIX; nothing on Windows)."""
+    if not hasattr(os, "getuid"):
+        return
+    if st.st_uid != os.getuid():
+        raise PermissionError(errno.EPERM, f"{path}: {what} is owned by uid {st.st_uid}, not by this user "
+                                           f"(uid {os.getuid()}); remove it or fix its owner")
+    if st.st_mode & 0o077:
+        raise PermissionError(errno.EPERM, f"{path}: {what} has mode {st.st_mode & 0o777:o}; "
+                                           f"other users may use it (chmod {'700' if what.endswith('folder') else '600'} it)")
+
+
+def ensure_secret(state_dir: Path) -> str:
+    """The hook secret of ``state_dir`` (64 hex characters), made at the
+    first call: 32 random bytes written to ``state_dir/hook-secret`` with
+    mode 0600 (``state_dir`` made with 0700 if missing). Raises ``OSError``
+    (its ``strerror`` says why) when it cannot be written or read, or the
+    file is a symlink, another user's or readable by others."""
+    state_dir = Path(state_dir)
+    path = state_dir / SECRET_FILE
+    try:
+        return read_secret(state_dir, missing_ok=False)
+    except FileNotFoundError:
+        pass
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    token = os.urandom(32).hex()
+    tmp = state_dir / f".{SECRET_FILE}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(token + "\n")
+        try:
+            os.link(tmp, path)  # never over a secret another process made meanwhile
+        except FileExistsError:
+            pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return read_secret(state_dir, missing_ok=False)
+
+
+def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
+    """The hook secret in ``state_dir`` (see :func:`ensure_secret`); None
+    when there is none yet (``missing_ok``, else ``FileNotFoundError``).
+    Raises ``OSError`` for a symlink, another user's file or one others may
+    read, or one that does not hold a secret."""
+    path = Path(state_dir) / SECRET_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise PermissionError(errno.EPERM, f"{path}: the hook secret is a symlink; remove it") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(errno.EPERM, f"{path}: the hook secret is not a regular file; remove it")
+        _private(path, st, "the hook secret")
+        token = f.read(256).strip().decode("ascii", "replace")
+    if len(token) < 32 or not token.isalnum():
+        raise PermissionError(errno.EINVAL, f"{path}: does not hold a hook secret; remove it (a new one is made "
+                                            "at the next start; then run `hooks install` again)")
+    return token
+
+
+#: In the default state folder: where a running exporter's own state_dir is,
+#: when its configuration moved it elsewhere.
+POINTER_FILE = "exporter-state-dir"
+
+
+def note_state_dir(state_dir: Path, default_dir: Path) -> None:
+    """Called by ``run``: when ``state_dir`` is not ``default_dir`` (the
+    platform's default), write its path to ``default_dir/exporter-state-dir``
+    (0600), so that the ``hook`` command and ``hooks install`` run without
+    ``--config.file`` find the hook secret and the spool of this exporter;
+    when it is the default, remove a pointer left by another configuration.
+    Raises ``OSError``."""
+    pointer = Path(default_dir) / POINTER_FILE
+    if Path(state_dir).absolute() == Path(default_dir).absolute():
+        pointer.unlink(missing_ok=True)
+        return
+    Path(default_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = pointer.with_name(f".{POINTER_FILE}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(str(Path(state_dir).absolute()) + "\n")
+    os.replace(tmp, pointer)
+
+
+def default_state_dir(default_dir: Path) -> Path:
+    """The state folder for a command run without ``--config.file``: the one
+    a running exporter noted in ``default_dir`` (:func:`note_state_dir`; only
+    a pointer file of this user's that others cannot write, naming an
+    existing folder), else ``default_dir``."""
+    pointer = Path(default_dir) / POINTER_FILE
+    try:
+        fd = os.open(pointer, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return Path(default_dir)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and (st.st_uid != os.getuid()
+                                                                          or st.st_mode & 0o022)):
+                return Path(default_dir)
+            target = Path(f.read(4096).decode("utf-8").strip())
+    except (OSError, UnicodeDecodeError):
+        return Path(default_dir)
+    return target if target.is_absolute() and target.is_dir() else Path(default_dir)
+
+
 # -- the ``hook`` command ------------------------------------------------------
 def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float = 2.0,
          max_body_bytes: int = 4 << 20, at: float | None = None) -> str:
     """Deliver one hook body to a running exporter at ``url`` (``http(s)://
-    [user:password@]host:port``) within ``timeout`` seconds; when it cannot be
+    [user:password@]host:port``) within ``timeout`` seconds, with the hook
+    secret of ``state_dir`` (:func:`read_secret`); when it cannot be
     reached (connection refused, timeout, 5xx), spool it under
     ``state_dir/hook-spool``. Never raises: returns ``sent``, ``spooled``,
-    ``refused`` (the exporter answered 4xx) or ``dropped`` (could not spool).
+    ``refused`` (the exporter answered 4xx: a wrong secret, a bad body) or
+    ``dropped`` (could not spool).
     """
     at = time.time() if at is None else at
     if len(body) > max_body_bytes:
@@ -262,6 +462,13 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
     target, headers = _target(url, provider)
     headers[TIME_HEADER] = repr(at)
     headers["Content-Type"] = "application/json"
+    try:
+        secret = read_secret(state_dir)
+    except OSError as e:
+        log.warning("hook: cannot read the hook secret: %s", e.strerror or e)
+        secret = None
+    if secret:
+        headers[TOKEN_HEADER] = secret
     req = urllib.request.Request(target, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the user's own exporter
@@ -304,18 +511,29 @@ def _target(url: str, provider: str) -> tuple[str, dict]:
 
 def spool(state_dir: Path, provider: str, body: bytes, at: float) -> bool:
     """Write one body to ``state_dir/hook-spool`` (atomically: a temporary
-    name, then a rename). False when it cannot (or the spool is full)."""
-    folder = Path(state_dir) / SPOOL_DIR
+    name, then a rename; the temporary file is removed when the write fails,
+    e.g. on a full disk). False when it cannot, the spool is full, or the
+    spool folder is not this user's own (:func:`spool_folder`: logged)."""
     try:
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = spool_folder(state_dir)
+    except OSError as e:
+        log.warning("hook: spool refused: %s", e.strerror or e)
+        return False
+    tmp = None
+    try:
         if len(os.listdir(folder)) >= SPOOL_MAX_FILES:
             return False
         name = f"{int(at * 1e9):020d}-{provider}-{os.getpid()}-{os.urandom(4).hex()}.json"
         tmp = folder / ("." + name)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(body)
         os.replace(tmp, folder / name)
         return True
     except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         return False

@@ -98,31 +98,47 @@ def hook_command(agent: str, url: str, config_file: str | None = None) -> str:
 AUTH_ENV = "CODING_AGENT_EXPORTER_HOOK_AUTH"
 
 
-def _handler(agent: str, url: str, command: bool, config_file: str | None) -> dict:
+def _handler(agent: str, url: str, command: bool, config_file: str | None, secret: str | None) -> dict:
     if agent in ("claude_code", "copilot_cli") and not command:
+        from .hooks import TOKEN_HEADER
+
         parts = urlsplit(url)
         handler = {"type": "http", "timeout": HTTP_TIMEOUT_S}
+        headers = {}
+        if secret:
+            # The hook secret as a literal header value: Claude Code sends it
+            # with every POST, with nothing to set up in its environment. The
+            # settings file then holds a secret: keep it private (``main`` says
+            # so when others may read it).
+            headers[TOKEN_HEADER] = secret
         if parts.username is not None:
             # No password in the settings file: Claude Code puts the header
             # together from the agent's environment (allowedEnvVars).
             url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
-            handler["headers"] = {"Authorization": f"Basic ${AUTH_ENV}"}
+            headers["Authorization"] = f"Basic ${AUTH_ENV}"
             handler["allowedEnvVars"] = [AUTH_ENV]
+        if headers:
+            handler["headers"] = headers
         handler["url"] = f"{url.rstrip('/')}/hooks/{agent}"
         return handler
+    # The ``hook`` command reads the secret from the state folder itself.
     return {"type": "command", "command": hook_command(agent, url, config_file), "timeout": COMMAND_TIMEOUT_S}
 
 
-def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, config_file: str | None = None) -> dict:
+def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, config_file: str | None = None,
+                secret: str | None = None) -> dict:
     """The ``{"hooks": {...}}`` object to merge into the agent's file.
 
     ``command`` only matters for Claude Code (Codex runs command hooks only).
+    ``secret`` (the exporter's hook secret, :func:`.hooks.ensure_secret`) goes
+    into a Claude HTTP hook's ``headers`` as ``X-Coding-Agent-Hook-Token``;
+    a command hook reads it from ``state_dir`` when it runs.
     Raises ValueError for an unknown agent.
     """
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r} (one of: {', '.join(AGENTS)})")
     events = {"claude_code": CLAUDE_EVENTS, "copilot_cli": COPILOT_EVENTS}.get(agent, CODEX_EVENTS)
-    handler = _handler(agent, url, command, config_file)
+    handler = _handler(agent, url, command, config_file, secret)
     out = {}
     for event, matcher in events.items():
         group = {"matcher": matcher} if matcher else {}
@@ -175,14 +191,17 @@ def _dump(obj: dict) -> str:
 
 
 def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = False,
-            config_file: str | None = None) -> str:
+            config_file: str | None = None, secret: str | None = None) -> str:
     """Merge the hooks into ``path``; return a one-line report for the user.
 
     Writes atomically (temporary file, then rename, keeping the file's mode) after copying the
-    old file to ``<path>.bak-<YYYYmmddTHHMMSSZ>``. Leaves ``path`` untouched when nothing changes
-    or on error. Raises HookFileError (bad content) or OSError (cannot read or write).
+    old file to ``<path>.bak-<YYYYmmddTHHMMSSZ>``; a symlinked ``path`` (dotfiles) is written
+    through: the file it points to changes, the link stays. Leaves ``path`` untouched when nothing
+    changes or on error. Raises HookFileError (bad content) or OSError (cannot read or write).
     """
-    block = hooks_block(agent, url, command, config_file)
+    block = hooks_block(agent, url, command, config_file, secret)
+    if path.is_symlink():
+        path = path.resolve()
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -241,6 +260,21 @@ def add_parser(sub) -> None:
                                 "~/.copilot/hooks/coding-agent-exporter.json)")
 
 
+def _secret(config_file: str | None) -> str | None:
+    """The hook secret of the exporter's ``state_dir`` (from ``config_file``, else the default),
+    made now if the exporter has not run yet; None when ``hooks.auth`` is off. Raises OSError
+    (unusable state folder or secret) or ValueError (a bad configuration file)."""
+    from .config import ConfigError, load
+    from .hooks import default_state_dir, ensure_secret
+
+    try:
+        cfg = load(Path(config_file).expanduser() if config_file else None)
+    except ConfigError as e:
+        raise ValueError(f"--config.file: {e}") from None
+    state_dir = cfg.resolved_state_dir() if config_file else default_state_dir(cfg.resolved_state_dir())
+    return ensure_secret(state_dir) if cfg.hooks.auth else None
+
+
 def check_url(url: str) -> str | None:
     """Why ``url`` cannot be the exporter's address (``http(s)://[user:password@]host:port``), or None."""
     try:
@@ -274,19 +308,37 @@ def main(args: argparse.Namespace) -> int:
             return 2
         print(f"note: Copilot CLI sends HTTP hooks to a loopback address only when it runs with "
               f"{COPILOT_LOCALHOST_ENV}=1 in its environment", file=sys.stderr)
+    http = args.agent in ("claude_code", "copilot_cli") and not args.use_command
+    try:
+        secret = _secret(args.config_file) if http else None
+    except (OSError, ValueError) as e:
+        print(f"coding-agent-exporter: {getattr(e, 'strerror', None) or e}", file=sys.stderr)
+        return 2
     if args.hooks_command == "print":
-        sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file)))
+        sys.stdout.write(_dump(hooks_block(args.agent, args.url, args.use_command, args.config_file, secret)))
         return 0
     path = args.file or default_file(args.agent)
     try:
-        print(install(args.agent, path, args.url, args.use_command, args.config_file))
+        print(install(args.agent, path, args.url, args.use_command, args.config_file, secret))
+        if secret and hasattr(os, "getuid") and os.stat(path).st_mode & 0o044:
+            print(f"note: {path} now holds the exporter's hook secret and other users may read it: "
+                  f"chmod 600 {shlex.quote(str(path))}", file=sys.stderr)
     except HookFileError as e:
         print(f"coding-agent-exporter: {path}: {e}; left unchanged", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"coding-agent-exporter: {path}: {e.strerror or e}", file=sys.stderr)
         return 2
-    restart = {"claude_code": "Claude Code", "copilot_cli": f"Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set"}.get(
-        args.agent, "Codex (then review the hooks with /hooks)")
-    print(f"Restart {restart} to load them.")
+    if args.agent == "codex" or args.use_command:
+        cmd = shlex.split(hook_command(args.agent, args.url, args.config_file))
+        exe = cmd[0] if cmd[1:2] != ["-m"] else f"{cmd[0]} -m coding_agent_exporter"
+        print(f"The hooks run {exe}: if you move or delete it (the clone or virtual environment it is in, or a "
+              "switch to pipx), run `hooks install` again.")
+    if args.agent == "codex":
+        print("Codex versions that still keep hooks behind a feature flag also need `codex_hooks = true` under "
+              "`[features]` in ~/.codex/config.toml. Restart Codex, then review the hooks with /hooks.")
+    elif args.agent == "copilot_cli":
+        print(f"Restart Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set to load them.")
+    else:
+        print("Restart Claude Code to load them.")
     return 0

@@ -24,7 +24,10 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
                "SessionEnd", "other")
 #: Why a hook delivery was refused or skipped.
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
-                      "unreadable_spool", "expired")
+                      "unreadable_spool", "expired", "unauthorized", "not_json_content_type")
+#: Why a request was refused before any route saw it (``host``: a ``Host``
+#: not allowed, DNS rebinding; ``origin``: a browser's cross-origin request).
+HTTP_REFUSED_REASONS = ("host", "origin")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation", "worker_request",
                      "sandbox_request", "goal_proposal")
@@ -74,6 +77,14 @@ class Metrics:
         self.alerts_dedup = Counter("coding_agent_alerts_deduplicated",
                                     "Notifications not sent because the ledger had them already.",
                                     ["kind"], registry=r)
+        self.alerts_rate_limited = Counter("coding_agent_alerts_rate_limited",
+                                           "Notifications not sent: the session had alerts.max_pages_per_session "
+                                           "pages within alerts.page_rate_window_seconds.", ["kind"], registry=r)
+        self.http_refused = Counter("coding_agent_http_requests_refused",
+                                    "HTTP requests refused before routing, by reason (host, origin).",
+                                    ["reason"], registry=r)
+        for reason in HTTP_REFUSED_REASONS:
+            self.http_refused.labels(reason)
         self.alert_latency = Histogram("coding_agent_alert_latency_seconds",
                                        "Time from reading the completion to delivery (settle time included).",
                                        ["kind"], registry=r,
@@ -118,7 +129,7 @@ class Metrics:
         for reason in HOOK_ERROR_REASONS:
             self.hook_errors.labels(reason)
         for kind in ALERT_KINDS + ("alertmanager",):
-            for c in (self.alerts, self.alerts_failed, self.alerts_dedup):
+            for c in (self.alerts, self.alerts_failed, self.alerts_dedup, self.alerts_rate_limited):
                 c.labels(kind)
             self.alert_latency.labels(kind)
 

@@ -131,6 +131,10 @@ class Transition:
     new: Status
 
 
+#: Hook delivery identities remembered to apply a delivery made twice once.
+HOOK_IDENTS_KEPT = 4096
+
+
 class SessionStore:
     """Holds every followed file and session.
 
@@ -150,6 +154,10 @@ class SessionStore:
         self.sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
         self._dirty: set[tuple[str, str]] = set()
+        #: Identities of the hook deliveries applied lately (a delivery made
+        #: twice, e.g. posted and spooled, comes within minutes): bounded, so
+        #: memory does not grow with hook traffic over a session's life.
+        self._hook_idents: dict[str, None] = {}
         #: Optional ``f(transitions) -> transitions`` applied before counting:
         #: the daemon marks as news (``live``) the endings of sessions its
         #: previous run left open.
@@ -265,7 +273,7 @@ class SessionStore:
             self.metrics.read_errors.labels(prov).inc()
             if not f.failing:
                 log.warning("cannot read %s: %s (retrying quietly)", path, e.strerror or e)
-                f.failing = True
+            f.failing = e.errno or True  # truthy; EMFILE/ENFILE say the process, not the file, is short
             if f.tailer.inode is None and f.first_live is None:
                 f.first_live = live  # what it holds when it becomes readable is as old as it is now
             return 0
@@ -442,11 +450,13 @@ class SessionStore:
                 s.cwd = d.cwd
             if ev is None:
                 return None
-            if d.ident in s.seen:
+            if d.ident in self._hook_idents:
                 self.metrics.duplicates.labels(d.provider).inc()
                 s.counters.duplicates += 1
                 return None
-            s.seen.add(d.ident)
+            self._hook_idents[d.ident] = None
+            if len(self._hook_idents) > HOOK_IDENTS_KEPT:
+                del self._hook_idents[next(iter(self._hook_idents))]
             s.seq += 1
             s.counters.events += 1
             s.last_write = max(s.last_write, ev.ts)

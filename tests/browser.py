@@ -35,7 +35,7 @@ class Browser:
     """One headless Chromium process with a fresh profile. Use as a context
     manager; :meth:`open` gives a :class:`Page`."""
 
-    def __init__(self, binary: str, log_path: str | os.PathLike):
+    def __init__(self, binary: str, log_path: str | os.PathLike, flags: list[str] | None = None):
         self.profile = tempfile.mkdtemp(prefix="cae-chromium-")
         a, self._w = os.pipe()
         self._r, b = os.pipe()
@@ -52,7 +52,7 @@ class Browser:
         self._log = open(log_path, "ab")
         # close_fds=False: subprocess would close fds 3 and 4 after preexec_fn;
         # every other fd of this process is close-on-exec (PEP 446).
-        self.proc = subprocess.Popen([binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+        self.proc = subprocess.Popen([binary, *FLAGS, *(flags or []), f"--user-data-dir={self.profile}", "about:blank"],
                                      close_fds=False, preexec_fn=fds, stdout=self._log, stderr=subprocess.STDOUT)
         os.close(to_child)
         os.close(from_child)

@@ -236,6 +236,15 @@ class Exporter:
             self._log.close()
         return self.proc.returncode if self.proc else 0
 
+    def secret(self) -> str:
+        """The hook secret the exporter made in its state_dir (what ``hooks
+        install`` puts into a Claude Code HTTP hook's headers)."""
+        return (self.root / "state" / "hook-secret").read_text().strip()
+
+    def hook_headers(self) -> dict:
+        """The headers a hook set up by ``hooks install`` sends."""
+        return {"Content-Type": "application/json", "X-Coding-Agent-Hook-Token": self.secret()}
+
     def scrape_text(self, path: str = "/metrics") -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
             return r.read().decode()

@@ -188,12 +188,12 @@ class Replay:
         url = f"http://127.0.0.1:{exp.port}"
         if step["via"] == "http":
             req = urllib.request.Request(f"{url}/hooks/{step['hook']}", data=body.encode(),
-                                         headers={"Content-Type": "application/json"})
+                                         headers=exp.hook_headers())
             with urllib.request.urlopen(req, timeout=5) as r:
                 assert r.status < 300
         else:
             out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", step["hook"],
-                                  "--url", url], input=body, text=True, capture_output=True, cwd=ROOT, timeout=30)
+                                  "--url", url, "--config.file", str(exp.config_path)], input=body, text=True, capture_output=True, cwd=ROOT, timeout=30)
             assert out.returncode == 0, out.stderr
 
     def close(self) -> None:

@@ -86,3 +86,77 @@ def test_test_alert_prints_apprise_reason(tmp_path):
     assert lines[0].startswith("ok ") and lines[1].startswith("FAILED ")
     assert "error=500" in lines[2] and "Internal server error" in lines[2], out.stdout
     assert len(ok.messages) == 1
+
+
+def test_check_config_lists_every_url_error_and_an_unusable_state_dir(tmp_path):
+    """Every Apprise URL that cannot be used is listed in one run, with a
+    state_dir `run` could not use (a file in its place; a hook secret others
+    may read)."""
+    import os
+
+    state = tmp_path / "state-file"
+    state.write_text("not a folder")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"state_dir: {state}\nalerts:\n  urls: ['nope://a', 'json://127.0.0.1:9/x', 'bogus://b']\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2, out
+    assert "3 error(s)" in out.stdout
+    assert "alerts.urls[0]: not an Apprise URL" in out.stdout and "alerts.urls[2]: not an Apprise URL" in out.stdout
+    assert f"state_dir: {state}: not a folder" in out.stdout
+    folder = tmp_path / "st"
+    folder.mkdir()
+    (folder / "hook-secret").write_text("0" * 64 + "\n")
+    os.chmod(folder / "hook-secret", 0o644)
+    cfg.write_text(f"state_dir: {folder}\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2 and "hook-secret" in out.stdout and "chmod 600" in out.stdout, out
+
+
+def test_scan_with_no_path_scans_the_configured_roots(tmp_path):
+    """`scan` alone reads the folders `run` would read."""
+    import json
+
+    from harness import claude_path
+    from test_hardening_support import ClaudeSession, write
+
+    s = ClaudeSession("a5000000-0000-4000-8000-000000000022")
+    write(claude_path(tmp_path, s.sid), s.prompt() + s.text() + s.turn_duration())
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({"sources": {"claude_code": {"paths": [str(tmp_path / "claude" / "projects")]},
+                                           "codex": {"paths": [str(tmp_path / "nothing-here")]}}}))
+    out = _cli("scan", "--json", "--config.file", str(cfg))
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["session_id"] for line in out.stdout.splitlines()] == [s.sid]
+    assert "scanning the configured folders" in out.stderr
+    cfg.write_text(json.dumps({"sources": {"claude_code": {"paths": [str(tmp_path / "none")]},
+                                           "codex": {"enabled": False}}}))
+    out = _cli("scan", "--config.file", str(cfg))
+    assert out.returncode == 0 and "none of the configured transcript folders exists" in out.stderr
+
+
+def test_address_in_use_says_what_to_do(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = tmp_path / "config.yml"
+        cfg.write_text(f"state_dir: {tmp_path / 'st'}\nsources: {{claude_code: {{paths: [{tmp_path}]}}, "
+                       f"codex: {{enabled: false}}}}\n")
+        out = _cli("run", "--config.file", str(cfg), "--web.listen-address", f"127.0.0.1:{port}")
+    assert out.returncode == 1
+    assert "another exporter" in out.stderr and "--web.listen-address" in out.stderr, out.stderr
+
+
+def test_check_config_lists_key_url_and_state_dir_errors_in_one_run(tmp_path):
+    """A bad key, two bad Apprise URLs and a state_dir that is a file: all
+    four in one run of check-config."""
+    state = tmp_path / "state-file"
+    state.write_text("x")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"state_dir: {state}\nsources:\n  bogus: 1\nalerts:\n  urls: ['nope://a', 'bogus://b']\n")
+    out = _cli("check-config", "--config.file", str(cfg))
+    assert out.returncode == 2 and "4 configuration errors" in out.stderr, out.stderr
+    for needle in ("sources.bogus", "alerts.urls[0]", "alerts.urls[1]", f"state_dir: {state}: not a folder"):
+        assert needle in out.stderr, needle

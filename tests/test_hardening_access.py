@@ -9,6 +9,11 @@
 - Per-session series are capped (``metrics.max_sessions``, with
   ``coding_agent_session_series_dropped``) and expire
   (``metrics.session_ttl_seconds``).
+- Hook routes (issue 22): the hook secret (``state_dir/hook-secret``, 0600)
+  is required, the body must be ``application/json``, a foreign ``Origin``
+  and a ``Host`` that is not allowed are refused on every route, a hook
+  speaks only for a transcript on disk under a watched root that names its
+  session, and pages per session are rate-limited.
 - A secret planted all over transcript content (prompts, answers, tool input
   and output, thinking, errors, titles, malformed and oversized lines; the
   session registry's ``name`` and the ``.key`` file beside its record) never
@@ -118,9 +123,9 @@ def _get(url: str, ctx: ssl.SSLContext | None = None, auth: tuple[str, str] | No
         req.add_header("Authorization", header)
     try:
         with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:
-            return r.status, dict(r.headers), r.read()
+            return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
+        return e.code, e.headers, e.read()
 
 
 @pytest.fixture(scope="module")
@@ -403,9 +408,10 @@ def _codex_with_secret(s: CodexSession) -> tuple[bytes, bytes]:
                                          codex_error_info="usage_limit_exceeded")
 
 
-def _post_hook(port: int, provider: str, body) -> int:
+def _post_hook(exp, provider: str, body) -> int:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/hooks/{provider}", data=data, method="POST")
+    req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/{provider}", data=data, method="POST",
+                                 headers=exp.hook_headers())
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status
@@ -449,7 +455,7 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
             for body in ({"hook_event_name": "UserPromptSubmit", "prompt": f"key {SECRET}"},
                          {"hook_event_name": "PermissionRequest", "tool_name": "Bash",
                           "tool_input": {"command": f"curl -H 'x-api-key: {SECRET}'"}}):
-                _post_hook(exp.port, prov, {**common, **body})
+                _post_hook(exp, prov, {**common, **body})
             exp.wait_state(sid, "waiting")
         wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 2 and len(alerts_for(receiver, cx.sid)) == 2,
                  what="waiting pages for both")
@@ -457,12 +463,12 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
         for prov, sid, path in (("claude_code", cc.sid, claude_path(tmp_path, cc.sid)),
                                 ("codex", cx.sid, codex_path(tmp_path, cx.sid))):
             common = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj", "turn_id": "t-secret"}
-            _post_hook(exp.port, prov, {**common, "hook_event_name": "PostToolUse", "tool_name": "Bash",
+            _post_hook(exp, prov, {**common, "hook_event_name": "PostToolUse", "tool_name": "Bash",
                                         "tool_input": {"command": SECRET}, "tool_response": {"stdout": SECRET}})
-            _post_hook(exp.port, prov, {**common, "hook_event_name": "Stop", "stop_hook_active": False,
+            _post_hook(exp, prov, {**common, "hook_event_name": "Stop", "stop_hook_active": False,
                                         "last_assistant_message": f"the key {SECRET} works"})
-            _post_hook(exp.port, prov, {**common, "hook_event_name": SECRET, "x": SECRET})
-            _post_hook(exp.port, prov, b'{"session_id": "' + SECRET.encode() + b'", broken')
+            _post_hook(exp, prov, {**common, "hook_event_name": SECRET, "x": SECRET})
+            _post_hook(exp, prov, b'{"session_id": "' + SECRET.encode() + b'", broken')
             exp.wait_state(sid, "completed")
         wait_for(lambda: len(alerts_for(receiver, cc.sid)) == 3 and len(alerts_for(receiver, cx.sid)) == 3,
                  what="completion pages from the Stop hooks")
@@ -479,6 +485,7 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
             f"http://127.0.0.1:{exp.port}/metrics", headers={"Accept": "application/openmetrics-text"}),
             timeout=5).read().decode()
         landing = exp.scrape_text("/")
+        assert exp.value("coding_agent_hook_errors_total", reason="unauthorized") == 0  # every hook was taken
         pages += [exp.scrape_text("/api/v1/sessions"), exp.scrape_text("/api/v1/health")]
         assert all(cc.sid in p and cx.sid in p for p in pages[:2])
         assert exp.value("coding_agent_registry_records") == 1  # the record was read
@@ -498,3 +505,127 @@ def test_planted_secret_never_leaves(tmp_path, level, fmt):
         if f.is_file():
             assert SECRET.encode() not in f.read_bytes(), f.name
     assert "hunter2" not in scrape + exp.log() + bodies
+    token = (tmp_path / "state" / "hook-secret").read_text().strip()  # the hook secret leaves nowhere either
+    assert not any(token in t for t in (scrape, openmetrics, landing, exp.log(), bodies, *pages))
+
+
+# -- hook routes (issue 22) ------------------------------------------------------------
+def _request(port: int, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    """``(status, body)`` of one request with exactly these headers (``Host`` included)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        hdrs = {"Host": f"127.0.0.1:{port}", **(headers or {})}
+        if body is not None:
+            hdrs["Content-Length"] = str(len(body))
+        for k, v in hdrs.items():
+            if v is not None:
+                conn.putheader(k, v)
+        conn.endheaders(body)
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_hook_routes_take_only_what_an_installed_hook_sends(tmp_path):
+    """Without the secret, with another content type, from another origin
+    or naming another Host: refused (and counted), nothing pages. A hook for
+    a transcript that does not exist, names another session or is a
+    symlink is dropped. The Host allowlist (``web.allowed_hosts``) works on
+    every route, and the secret file is the user's alone."""
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver, config={"web": {"allowed_hosts": ["exporter.lan"]}}).start()
+    try:
+        secret = tmp_path / "state" / "hook-secret"
+        assert secret.stat().st_mode & 0o777 == 0o600 and len(exp.secret()) == 64
+        cs = ClaudeSession("a2200000-0000-4000-8000-000000000022")
+        path = claude_path(tmp_path, cs.sid)
+        write(path, cs.prompt() + cs.tool_use())
+        exp.wait_state(cs.sid, "working")
+        body = json.dumps({"session_id": cs.sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                           "hook_event_name": "PermissionRequest", "tool_name": "Bash"}).encode()
+        good = exp.hook_headers()
+        url = "/hooks/claude_code"
+        refusals = [({**good, "X-Coding-Agent-Hook-Token": None}, 401),
+                    ({**good, "X-Coding-Agent-Hook-Token": "0" * 64}, 401),
+                    ({**good, "Content-Type": "text/plain;charset=UTF-8"}, 415),
+                    ({**good, "Content-Type": None}, 415),
+                    ({**good, "Origin": "http://evil.example"}, 403),
+                    ({**good, "Origin": "null"}, 403),
+                    ({**good, "Host": "evil.example"}, 421),
+                    ({**good, "Host": f"evil.example:{exp.port}"}, 421)]
+        for headers, want in refusals:
+            assert _request(exp.port, "POST", url, body, headers)[0] == want, headers
+        for where in ("/api/v1/sessions", "/metrics", "/-/healthy", "/"):
+            status, text = _request(exp.port, "GET", where, headers={"Host": "rebind.evil.example"})
+            assert status == 421 and cs.sid.encode() not in text, where
+            for host in ("exporter.lan:9877", f"localhost:{exp.port}", "127.0.0.1", "[::1]:1"):
+                assert _request(exp.port, "GET", where, headers={"Host": host})[0] == 200, (where, host)
+        time.sleep(1.5)  # past alerts.settle_seconds
+        assert receiver.messages == [] and exp.state(cs.sid) == "working"
+        assert exp.value("coding_agent_hook_errors_total", reason="unauthorized") == 2
+        assert exp.value("coding_agent_hook_errors_total", reason="not_json_content_type") == 2
+        assert exp.value("coding_agent_http_requests_refused_total", reason="origin") == 2
+        assert exp.value("coding_agent_http_requests_refused_total", reason="host") == 2 + 4
+
+        # hooks that name no transcript of theirs on disk
+        other = ClaudeSession("b2200000-0000-4000-8000-000000000022")
+        link = claude_path(tmp_path, other.sid)
+        link.symlink_to(path)
+        for sid, tpath in ((other.sid, path),  # another session's transcript
+                           (other.sid, link),  # a symlink named like the session
+                           ("c2200000-0000-4000-8000-000000000022",  # a file that does not exist
+                            claude_path(tmp_path, "c2200000-0000-4000-8000-000000000022")),
+                           (cs.sid, tmp_path / "elsewhere" / f"{cs.sid}.jsonl")):  # not under a root
+            forged = json.dumps({"session_id": sid, "transcript_path": str(tpath), "cwd": "/x",
+                                 "hook_event_name": "PermissionRequest", "tool_name": "Bash"}).encode()
+            assert _request(exp.port, "POST", url, forged, good)[0] == 200
+        wait_for(lambda: exp.value("coding_agent_hook_errors_total", reason="unknown_session") == 4,
+                 what="four hooks dropped")
+        time.sleep(1.5)
+        assert receiver.messages == [] and exp.state(cs.sid) == "working"
+
+        # the installed hook's request, same-origin Origin included: taken
+        headers = {**good, "Origin": f"http://127.0.0.1:{exp.port}"}
+        assert _request(exp.port, "POST", url, body, headers)[0] == 200
+        exp.wait_state(cs.sid, "waiting")
+        wait_for(lambda: len(receiver.messages) == 1, what="one page")
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+def test_pages_per_session_are_rate_limited(tmp_path):
+    """``alerts.max_pages_per_session`` pages per window at most: a session
+    asked for its approval again and again pages twice, the rest counted
+    and logged; another session still pages."""
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver,
+                 config={"alerts": {"max_pages_per_session": 2, "page_rate_window_seconds": 600}}).start()
+    try:
+        cs, other = ClaudeSession("a2300000-0000-4000-8000-000000000023"), ClaudeSession(
+            "b2300000-0000-4000-8000-000000000023")
+        path = claude_path(tmp_path, cs.sid)
+        write(path, cs.prompt() + cs.tool_use())
+        exp.wait_state(cs.sid, "working")
+        for n in range(4):
+            common = {"session_id": cs.sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                      "tool_name": "Bash", "tool_use_id": f"toolu_{n}"}
+            assert _post_hook(exp, "claude_code", {**common, "hook_event_name": "PermissionRequest"}) == 200
+            exp.wait_state(cs.sid, "waiting")
+            time.sleep(1.5)  # past alerts.settle_seconds: it pages (or is refused by the limit)
+            assert _post_hook(exp, "claude_code", {**common, "hook_event_name": "PostToolUse",
+                                                   "tool_response": {"stdout": ""}}) == 200
+            exp.wait_state(cs.sid, "working")
+        wait_for(lambda: exp.value("coding_agent_alerts_rate_limited_total", kind="waiting") == 2,
+                 what="two pages over the limit")
+        assert len(alerts_for(receiver, cs.sid)) == 2
+        write(claude_path(tmp_path, other.sid), other.prompt() + other.text() + other.turn_duration())
+        wait_for(lambda: len(alerts_for(receiver, other.sid)) == 1, what="the other session's page")
+    finally:
+        exp.stop()
+        receiver.close()
+    assert exp.log().count("alerts.max_pages_per_session") == 2

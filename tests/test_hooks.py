@@ -56,7 +56,7 @@ def claude_line(kind: str, n: int, t: float, **extra) -> bytes:
 def post(exp: Exporter, provider: str, body, headers: dict | None = None) -> tuple[int, bytes]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/{provider}", data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+                                 headers={**exp.hook_headers(), **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=5) as r:
             return r.status, r.read()
@@ -100,8 +100,9 @@ def test_permission_prompt_waits_and_pages_then_stop_hook_completes(exp):
     exp.wait_state(SID, "waiting")
     wait_for(lambda: len(exp.receiver.messages) == 1, what="the waiting page")
     page = exp.receiver.messages[0]
-    assert page["title"] == "Claude Code · shop: needs your approval (Bash)"
+    assert page["title"] == "Claude Code · shop: needs your approval"
     assert f"Session: {SID}" in page["message"] and "rm -rf" not in json.dumps(page)
+    assert "Waiting for: permission (tool \"Bash\")" in page["message"]
     assert exp.value("coding_agent_sessions", provider="claude_code", state="waiting") == 1
     assert exp.value("coding_agent_hook_events_total", provider="claude_code", event="PermissionRequest") == 1
     time.sleep(0.3)
@@ -222,7 +223,7 @@ def test_codex_hook_command_and_spool(tmp_path):
         exp.start()
         exp.wait_state(CODEX_SID, "waiting", timeout=10)
         wait_for(lambda: len(receiver.messages) == 1, what="the waiting page")
-        assert receiver.messages[0]["title"] == "Codex · api: needs your approval (Bash)"
+        assert receiver.messages[0]["title"] == "Codex · api: needs your approval"
         assert os.listdir(tmp_path / "state" / "hook-spool") == []
         out = hook_cli(exp, "codex", {**body, "hook_event_name": "PostToolUse", "tool_response": "done",
                                       "tool_use_id": "call_1"})
@@ -451,3 +452,138 @@ def test_the_checkpoint_keeps_the_newest_hooks_of_the_sessions_hooked_last(tmp_p
     assert [r["ts"] for r in saved[1:]] == [now - 3000 + i for i in (497, 498, 499)]
     d._keep_hook(*hook("third", "Stop", now))
     assert [k[1] for k in d._hook_log] == ["busy", "third"]  # the session hooked longest ago left
+
+
+# -- the spool (issue 22, part 3) ----------------------------------------------------
+def _inbox():
+    from coding_agent_exporter.hooks import HookInbox
+    from coding_agent_exporter.metrics import Metrics
+
+    return HookInbox(Metrics())
+
+
+def _errors(inbox, reason: str) -> float:
+    return inbox.metrics.hook_errors.labels(reason)._value.get()
+
+
+def test_the_spool_reads_only_small_regular_files_without_blocking(tmp_path):
+    """A FIFO named like a spooled event used to freeze all reading and
+    paging; a symlink to a 1 GB file took 2 GB of memory. Now: only regular
+    files, opened without following links and without blocking, read up to
+    hooks.max_body_bytes; the rest removed and counted; a temp file a full
+    disk left behind is cleaned up after a minute."""
+    spool = tmp_path / "hook-spool"
+    spool.mkdir(mode=0o700)
+    now = time.time()
+    stamp = f"{int(now * 1e9):020d}"
+    body = json.dumps({"session_id": SID, "transcript_path": "/x.jsonl", "hook_event_name": "Stop"}).encode()
+    (spool / f"{stamp}-claude_code-1-good.json").write_bytes(body)
+    os.mkfifo(spool / f"{stamp}-claude_code-2-fifo.json")
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (8 << 20))
+    (spool / f"{stamp}-claude_code-3-link.json").symlink_to(big)
+    (spool / f"{stamp}-claude_code-4-large.json").write_bytes(b'{"a": "' + b"y" * 5000 + b'"}')
+    old_tmp, new_tmp = spool / ".old-partial", spool / ".new-partial"
+    old_tmp.write_bytes(b"{")
+    new_tmp.write_bytes(b"{")
+    os.utime(old_tmp, (now - 120, now - 120))
+    inbox = _inbox()
+    t = time.monotonic()
+    assert inbox.take_spool(tmp_path, 3600, max_body_bytes=1000) == 1
+    assert time.monotonic() - t < 2
+    assert [d.session_id for d in inbox.take()] == [SID]
+    assert _errors(inbox, "unreadable_spool") == 2 and _errors(inbox, "too_large") == 1
+    assert sorted(os.listdir(spool)) == [".new-partial"]  # the fresh temp file may still be being written
+    assert big.stat().st_size == 8 << 20  # the link's target is untouched
+
+
+def test_a_spool_that_is_not_the_users_own_is_refused(tmp_path):
+    """Group- or world-writable, or a symlink planted in its place: the
+    exporter reads nothing from it (one error in the log) and the hook
+    command writes nothing into it (a warning, exit 0)."""
+    from coding_agent_exporter.hooks import spool, spool_folder
+
+    other = tmp_path / "someone-else"
+    other.mkdir(mode=0o777)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "hook-spool").symlink_to(other)
+    with pytest.raises(PermissionError, match="symlink"):
+        spool_folder(state)
+    assert spool(state, "codex", b"{}", time.time()) is False and os.listdir(other) == []
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"state_dir: {state}\n")
+    r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", "codex", "--url",
+                        "http://127.0.0.1:9", "--config.file", str(cfg)], input=b'{"session_id": "x"}',
+                       capture_output=True, cwd=ROOT, timeout=30)
+    assert (r.returncode, r.stdout) == (0, b"") and os.listdir(other) == []
+    assert b"level=WARN " in r.stderr and b"symlink" in r.stderr and b"dropped" in r.stderr, r.stderr
+    (state / "hook-spool").unlink()
+    (state / "hook-spool").mkdir(mode=0o700)
+    os.chmod(state / "hook-spool", 0o777)
+    stamp = f"{int(time.time() * 1e9):020d}"
+    (state / "hook-spool" / f"{stamp}-codex-1-planted.json").write_bytes(b'{"session_id": "x"}')
+    inbox = _inbox()
+    assert inbox.take_spool(state, 3600) == 0 and inbox.take() == []
+    assert len(os.listdir(state / "hook-spool")) == 1  # left alone
+    with pytest.raises(PermissionError, match="mode 777"):
+        spool_folder(state)
+
+
+def test_a_full_disk_leaves_no_temp_file(tmp_path, monkeypatch):
+    """The write of a spooled event fails (ENOSPC): no half-written temp file stays."""
+    import errno
+
+    from coding_agent_exporter import hooks
+
+    real = os.fdopen
+
+    class Full:
+        def __init__(self, fd):
+            self.f = real(fd, "wb")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hooks.os, "fdopen", lambda fd, mode: Full(fd))
+    assert hooks.spool(tmp_path, "codex", b"{}", time.time()) is False
+    assert os.listdir(tmp_path / "hook-spool") == []
+
+
+def test_the_hook_command_without_a_config_file_finds_the_running_exporter(tmp_path):
+    """Hooks installed without --config.file, an exporter whose config moves
+    state_dir: the hook command still finds its secret (delivered, not
+    refused) and, when the exporter is down, spools where it reads."""
+    receiver = Receiver()
+    xdg = tmp_path / "xdg"
+    exp = Exporter(tmp_path, receiver=receiver, env={"XDG_STATE_HOME": str(xdg)})
+    path = claude_path(tmp_path, SID, "-home-dev-shop")
+    path.parent.mkdir(parents=True)
+    now = time.time()
+    path.write_bytes(claude_line("prompt", 1, now - 2) + claude_line("tool_use", 2, now - 1))
+    env = {**os.environ, "XDG_STATE_HOME": str(xdg)}
+
+    def run(event):
+        return subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", "claude_code",
+                               "--url", f"http://127.0.0.1:{exp.port}"], input=json.dumps(claude_hook(
+                                   event, path, tool_name="Bash")).encode(), capture_output=True, cwd=ROOT,
+                              timeout=30, env=env)
+
+    try:
+        exp.start()
+        assert (xdg / "coding-agent-exporter" / "exporter-state-dir").read_text().strip() == str(tmp_path / "state")
+        r = run("PermissionRequest")
+        assert r.returncode == 0 and b"refused" not in r.stderr, r.stderr
+        exp.wait_state(SID, "waiting")
+        exp.stop()
+        assert run("PostToolUse").returncode == 0
+        assert len(os.listdir(tmp_path / "state" / "hook-spool")) == 1
+    finally:
+        exp.stop()
+        receiver.close()

@@ -8,6 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
+
+
+@pytest.fixture(autouse=True)
+def _own_state_dir(tmp_path_factory, monkeypatch):
+    """``hooks print|install`` make the hook secret in the default state_dir: a tmp one here."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+
 CLAUDE_EVENTS = ["PermissionRequest", "Notification", "PostToolUse", "PostToolUseFailure", "PermissionDenied",
                  "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd"]
 CODEX_EVENTS = ["PermissionRequest", "PostToolUse", "UserPromptSubmit", "Stop"]
@@ -205,3 +214,57 @@ def test_copilot_cli_http_hooks_in_their_own_file_under_copilot_home(tmp_path):
     assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in out.stdout + out.stderr
     refused = cli("print", "--agent", "copilot_cli", "--command")
     assert refused.returncode == 2 and "HTTP hooks" in refused.stderr and not refused.stdout
+
+
+def test_claude_http_hooks_carry_the_exporters_secret_and_command_hooks_do_not(tmp_path: Path):
+    """Issue 22: the secret the exporter keeps in its state_dir (made here
+    if it has not run yet, mode 0600) goes into each Claude HTTP hook's
+    headers; the command hooks read it from the state folder when they run
+    (so it is not in their command line); with ``hooks.auth: false`` none."""
+    state = tmp_path / "state"
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(state)}))
+    r = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    assert r.returncode == 0, r.stderr
+    secret = (state / "hook-secret").read_text().strip()
+    assert (state / "hook-secret").stat().st_mode & 0o777 == 0o600 and len(secret) == 64
+    for event in CLAUDE_EVENTS:
+        (h,) = handlers(json.loads(r.stdout), event)
+        assert h["headers"] == {"X-Coding-Agent-Hook-Token": secret}
+    again = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    assert again.stdout == r.stdout  # the same secret: made once
+    for args in (["--agent", "claude_code", "--command"], ["--agent", "codex"]):
+        r = cli("print", *args, "--config.file", str(cfg))
+        assert r.returncode == 0 and secret not in r.stdout, args
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "other"), "hooks": {"auth": False}}))
+    r = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    assert "headers" not in r.stdout and not (tmp_path / "other").exists()
+
+
+def test_install_writes_through_a_symlinked_settings_file(tmp_path: Path):
+    """A dotfiles setup: ``~/.claude/settings.json`` is a link into a repo.
+    The file it points to gets the hooks; the link stays a link."""
+    real = tmp_path / "dotfiles" / "claude-settings.json"
+    real.parent.mkdir()
+    real.write_text('{"model": "opus"}\n')
+    link = tmp_path / ".claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    r = cli("install", "--agent", "claude_code", "--file", str(link))
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and link.resolve() == real
+    merged = json.loads(real.read_text())
+    assert merged["model"] == "opus" and set(merged["hooks"]) == set(CLAUDE_EVENTS)
+
+
+def test_install_says_what_the_command_hooks_run_and_about_codex_hooks(tmp_path: Path):
+    """Command hooks name this installation's executable: install says so,
+    and when it would break; the Codex message names ``codex_hooks = true``."""
+    r = cli("install", "--agent", "codex", "--file", str(tmp_path / "hooks.json"))
+    assert r.returncode == 0, r.stderr
+    cmd = handlers(json.loads((tmp_path / "hooks.json").read_text()), "Stop")[0]["command"]
+    exe = cmd.split(" hook --agent")[0]
+    assert f"The hooks run {exe}" in r.stdout or f"The hooks run {exe.split(' -m ')[0]}" in r.stdout, r.stdout
+    assert "run `hooks install` again" in r.stdout and "codex_hooks = true" in r.stdout
+    r = cli("install", "--agent", "claude_code", "--file", str(tmp_path / "settings.json"))
+    assert r.returncode == 0 and "The hooks run" not in r.stdout and "Restart Claude Code" in r.stdout

@@ -752,13 +752,23 @@ def stack(tmp_path_factory):
         # waiting on a permission prompt, one is answered (a user wait).
         for sid, events in (("hk000001-0000-4000-8000-000000000001", ["PermissionRequest"]),
                             ("hk000002-0000-4000-8000-000000000002", ["PermissionRequest", "PostToolUse"])):
+            transcript = claude / "-home-dev-hooks" / f"{sid}.jsonl"  # a hook speaks only for a transcript on disk
+            transcript.parent.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+            transcript.write_text(json.dumps({"type": "user", "sessionId": sid, "cwd": "/home/dev/hooks",
+                                              "uuid": sid, "parentUuid": None, "isSidechain": False,
+                                              "timestamp": stamp, "version": "2.1.150",
+                                              "message": {"role": "user", "content": "make it"}}) + "\n")
+            time.sleep(0.3)
             for event in events:
-                body = {"session_id": sid, "transcript_path": str(claude / "-home-dev-hooks" / f"{sid}.jsonl"),
+                body = {"session_id": sid, "transcript_path": str(transcript),
                         "cwd": "/home/dev/hooks", "permission_mode": "default", "hook_event_name": event,
                         "tool_name": "Bash", "tool_input": {"command": "make"}}
                 req = urllib.request.Request(f"http://127.0.0.1:{eport}/hooks/claude_code", method="POST",
                                              data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
+                                             headers={"Content-Type": "application/json",
+                                                      "X-Coding-Agent-Hook-Token":
+                                                          (tmp / "state" / "hook-secret").read_text().strip()})
                 urllib.request.urlopen(req, timeout=10).close()
                 time.sleep(0.3)
         # A duplicate record, a malformed line, an oversized line, a blank line.

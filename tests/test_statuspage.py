@@ -288,3 +288,85 @@ def _luminance(css: str) -> float:
     """0 (black) … 1 (white) of a computed ``rgb(r, g, b)`` colour."""
     r, g, b = (int(v) for v in css[css.index("(") + 1:css.index(")")].split(",")[:3])
     return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_a_hostile_web_page_pages_nothing_and_reads_nothing(tmp_path):
+    """Issue 22, in a real browser: a page served from another origin posts
+    hook events with ``fetch(..., {mode: "no-cors"})`` (the one kind of
+    request a browser sends anywhere without asking) and tries a CORS POST
+    with the JSON type; a DNS-rebinding name (``evil.example`` resolved to
+    127.0.0.1) asks for the sessions. Nothing pages, nothing changes state,
+    nothing is read. A real hook whose tool name is markup shows it as text:
+    no script runs, and it is no page title."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    import threading
+
+    receiver = Receiver()
+    victim = ClaudeSession("c2200000-0000-4000-8000-000000000022", "/home/dev/bank")
+    exp = Exporter(tmp_path, receiver=receiver).start()
+
+    class Evil(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"<!doctype html><title>cute cats</title><p>cats"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    evil = ThreadingHTTPServer(("127.0.0.1", 0), Evil)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        path = claude_path(tmp_path, victim.sid)
+        write(path, victim.prompt() + victim.tool_use())
+        exp.wait_state(victim.sid, "working")
+        forged = json.dumps({"session_id": victim.sid, "transcript_path": str(path), "cwd": "/home/dev/bank",
+                             "hook_event_name": "PermissionRequest",
+                             "tool_name": "BANK-LOGIN-EXPIRED (visit evil.example)", "tool_input": {}})
+        hooks = f"http://127.0.0.1:{exp.port}/hooks/claude_code"
+        with Browser(chromium(), tmp_path / "chromium.log",
+                     ["--host-resolver-rules=MAP evil.example 127.0.0.1"]) as browser:
+            page = browser.open(f"http://evil.example:{evil.server_address[1]}/")
+            wait_for(lambda: page.js("document.title") == "cute cats", what="the hostile page loaded")
+            for _ in range(3):
+                assert page.js(f"fetch({hooks!r}, {{method: 'POST', mode: 'no-cors', body: {forged!r}}})"
+                               ".then(r => r.type)") == "opaque"
+                assert page.js(f"fetch({hooks!r}, {{method: 'POST', mode: 'no-cors', body: new Blob([{forged!r}], "
+                               "{type: 'application/json'})}).then(r => r.type)") == "opaque"
+            cors = page.js(f"fetch({hooks!r}, {{method: 'POST', body: {forged!r}, headers: {{'Content-Type': "
+                           "'application/json'}}).then(r => 'read ' + r.status, e => 'refused')")
+            assert cors == "refused"
+            # DNS rebinding: the attacker's own name, now resolving to the exporter
+            rebound = browser.open(f"http://evil.example:{exp.port}/api/v1/sessions")
+            text = wait_for(lambda: page.js("1") and rebound.js("document.body && document.body.innerText"),
+                            what="the rebound page")
+            assert victim.sid not in text and "Host not allowed" in text
+            time.sleep(2.0)  # past alerts.settle_seconds
+            assert receiver.messages == []
+            assert exp.state(victim.sid) == "working"
+            assert exp.value("coding_agent_hook_events_total") == 0
+            assert exp.value("coding_agent_http_requests_refused_total", reason="origin") >= 6
+            assert exp.value("coding_agent_http_requests_refused_total", reason="host") >= 1
+
+            # the real hook (with the secret), its tool name markup: data on the page, no title
+            markup = "<img src=x onerror=window.pwned=1>"
+            req = urllib.request.Request(hooks, data=forged.replace("BANK-LOGIN-EXPIRED (visit evil.example)",
+                                                                    markup).encode(), headers=exp.hook_headers())
+            urllib.request.urlopen(req, timeout=5).close()
+            exp.wait_state(victim.sid, "waiting")
+            wait_for(lambda: len(receiver.messages) == 1, what="the real waiting page")
+            status = browser.open(f"http://127.0.0.1:{exp.port}/")
+            shown = wait_for(lambda: rows(status).get(victim.sid), what="the session rendered")
+            assert markup in shown["state"] or markup in shown["text"], shown
+            assert status.js("typeof window.pwned") == "undefined"
+            assert status.js("document.querySelectorAll('img').length") == 0
+    finally:
+        evil.shutdown()
+        exp.stop()
+        receiver.close()
+    assert receiver.messages[0]["title"] == "Claude Code · bank: needs your approval"
+    assert json.dumps(markup)[1:-1] in receiver.messages[0]["message"]
