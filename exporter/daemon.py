@@ -101,6 +101,7 @@ class Daemon:
         self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
         self.history_path = cfg.resolved_state_dir() / HISTORY_FILE
         self._checkpoint: dict | None = None
+        self._checkpoint_at: float | None = None
         self._saved: tuple = ({}, [], -1, 0)
         #: Sessions the previous run saw still open (working/stalled) at its
         #: last checkpoint: a turn end they reach now was never news to it.
@@ -325,6 +326,10 @@ class Daemon:
         written while the exporter was down and are news."""
         started = time.monotonic()
         cp = load_json(self.checkpoint_path, "checkpoint", _valid_checkpoint)
+        try:  # when the previous run last said what it had read: files made since were born after it
+            self._checkpoint_at = os.stat(self.checkpoint_path).st_mtime if cp else None
+        except OSError:
+            self._checkpoint_at = None
         files_cp = cp.get("files")
         self._checkpoint = files_cp if isinstance(files_cp, dict) else None
         open_ = cp.get("open")
@@ -355,7 +360,7 @@ class Daemon:
         until = {path: self._resume_offset(path) for path, *_ in files}
         reading = time.monotonic()
         read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
-                      lambda msg: log.info("start-up scan: %s", msg))
+                      lambda msg: log.info("start-up scan: %s", msg), news_from=self._checkpoint_at)
         for path, prov, root, st in resumed:
             if self._stop.is_set():
                 break
@@ -498,7 +503,7 @@ class Daemon:
                 # history until now: followed from where it ended
                 if store.skip(path, hit[0], hit[1], st=old[1]) is None:
                     return
-            elif not store.track(path, hit[0], hit[1]):  # new, or another file under the old name
+            elif not store.track(path, hit[0], hit[1], born=time.time()):  # new, or another file under the old name
                 return
         try:
             st = os.stat(path)
@@ -623,7 +628,7 @@ class Daemon:
                             continue
                     except OSError:
                         continue
-                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root)):
+                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root, born=time.time())):
                     continue
                 if counting:
                     m.poll_recoveries.labels(prov).inc()

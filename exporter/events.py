@@ -114,10 +114,11 @@ class Event:
             (a ``Stop`` hook). Assistant output of the same turn that is
             flushed to the transcript after it does not reopen the turn;
             only a new prompt, tool work or a wait does.
-        replayed: the record is a copy of earlier history (a resumed Claude
-            session's file repeats the records of the session it resumed,
-            which still name that session): it moves the state like any
-            record but is never news, so it never pages.
+        foreign: the record names a session other than the one its file is
+            named for (Claude ``sessionId`` in a ``<uuid>.jsonl`` main file):
+            a resumed session's copy of earlier records, or a new file after
+            ``/clear`` that still carries the old id. :mod:`exporter.identity`
+            tells the two apart by the record's time.
     """
 
     kind: Kind
@@ -140,4 +141,4 @@ class Event:
     reason: str | None = None
     tool: str | None = None
     final: bool = False
-    replayed: bool = False
+    foreign: bool = False

@@ -6,9 +6,9 @@ Rules, in order (see README "States and evidence"):
 2. Significant main-thread events are ordered by their own timestamps, file
    order breaking ties; the latest one decides the state. Duplicates are
    filtered before (by identity, per session) in the session store;
-   a Codex fork's replayed prefix is ``META`` from the provider; a resumed
-   Claude session's copied records move the state but are applied as
-   history (``replayed``: never news, never a page).
+   a Codex fork's replayed prefix is ``META`` from the provider; copies of
+   earlier history (``exporter.identity``) move the state but are applied as
+   history (never news, never a page).
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion.
 4. A provider error ends the turn as ``error``; an explicit completion that

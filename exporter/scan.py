@@ -151,14 +151,18 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
     return files
 
 
-def _read_files(store: SessionStore, files, progress=None, until: dict | None = None, stop=None) -> dict:
+def _read_files(store: SessionStore, files, progress=None, until: dict | None = None, stop=None,
+                news_from: float | None = None) -> dict:
     """Read ``files`` (in order) into ``store``; returns ``{session key:
     index in files of the first file that made it}``.
 
     ``until`` None: a one-shot scan (every byte, an unterminated last line
     too, nothing live). Else the daemon's start-up: ``until[path]`` is the
     offset up to which the bytes are backfill (missing or None: all of
-    them); the rest is news (``live``). ``stop()`` true ends the read early.
+    them); the rest is news (``live``). A file whose every byte is news
+    (``until[path] == 0``: made while the exporter was down) was born after
+    ``news_from`` (Unix seconds: the previous run's last checkpoint).
+    ``stop()`` true ends the read early.
     """
     start = time.monotonic()
     total = len(files)
@@ -170,7 +174,7 @@ def _read_files(store: SessionStore, files, progress=None, until: dict | None = 
         prov = prov or sniff_provider(fp)
         if prov is None:
             log.warning("%s: no Claude Code or Codex records found; skipped", fp)
-        elif store.track(fp, prov, root):
+        elif store.track(fp, prov, root, born=news_from if until is not None and until.get(fp) == 0 else None):
             if until is None:
                 tailer = store.files[fp].tailer
                 # until a read reaches the end (not one more to find nothing)
@@ -301,7 +305,7 @@ def _ago(seconds: float) -> str:
 
 
 def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=None, progress=None,
-                  workers: int | None = None) -> None:
+                  workers: int | None = None, news_from: float | None = None) -> None:
     """The daemon's start-up read: ``files`` (``(path, provider, root,
     size)``) into ``store``, backfill up to ``until[path]`` and news after
     it (see :func:`_read_files`), split over forked workers like a ``scan``
@@ -311,7 +315,7 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         def work(shard, label):
             part = make_store(cfg)
-            _read_files(part, [files[i] for i in shard], label, until, stop)
+            _read_files(part, [files[i] for i in shard], label, until, stop, news_from)
             return sorted(set(part.sessions)), part.export()
 
         results = _fork(files, n, work, progress, stop)
@@ -321,7 +325,7 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
             return
         if stop is not None and stop():
             return
-    _read_files(store, files, progress, until, stop)
+    _read_files(store, files, progress, until, stop, news_from)
 
 
 def format_table(rows: list[dict], now: float) -> list[str]:

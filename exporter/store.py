@@ -22,6 +22,7 @@ import orjson
 
 from .decode import LineError, decode_line
 from .events import META, SESSION
+from .identity import COPY, DUPLICATE, Identity
 from .metrics import Metrics
 from .providers import PROVIDER_MODULES
 from .reducer import SessionReducer, Status, Timing
@@ -88,7 +89,7 @@ class Session:
 
 class _File:
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live", "head", "head_unread")
+                 "failing", "first_live", "head", "head_unread", "born")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -106,6 +107,10 @@ class _File:
         #: file was skipped as history.
         self.head = None
         self.head_unread = False  # skipped as history: the head is read at the first append
+        #: The file's first write as far as news goes (Unix seconds): when it
+        #: was first seen live, or the checkpoint's time for a file made while
+        #: the exporter was down; None for history and backfill (see identity).
+        self.born: float | None = None
 
     def __getstate__(self):  # a start-up reader process hands files back (scan.read_start_up)
         return {k: (self.provider.NAME if k == "provider" else getattr(self, k)) for k in self.__slots__}
@@ -148,12 +153,16 @@ class SessionStore:
         #: previous run left open.
         self.news = None
         self._watched_gauges: dict = {}
+        #: Record identities of every session (duplicates and copies).
+        self.identity = Identity()
 
     # -- files -------------------------------------------------------------
-    def track(self, path: str, provider: str, root: Path | None = None, role=False) -> bool:
+    def track(self, path: str, provider: str, root: Path | None = None, role=False,
+              born: float | None = None) -> bool:
         """Start following ``path`` for ``provider``. Returns False when the
         provider says the file is not a transcript. ``role``: what the
-        provider's ``classify_path`` said of it, when the caller knows."""
+        provider's ``classify_path`` said of it, when the caller knows;
+        ``born``: when its news begins (see :class:`_File`)."""
         if path in self.files:
             return True
         mod = PROVIDER_MODULES[provider]
@@ -162,7 +171,8 @@ class SessionStore:
         if role is None:
             return False
         sid, sidechain = role
-        self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        f = self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        f.born = born
         self._watched(provider).inc()
         return True
 
@@ -229,7 +239,8 @@ class SessionStore:
             s.files.discard(path)
             if not s.files:  # every file of the session is gone
                 with self._lock:
-                    self.sessions.pop((s.provider, s.session_id), None)
+                    if self.sessions.pop((s.provider, s.session_id), None) is not None:
+                        self.identity.forget(s.seen)
 
     def changed(self, path: str, st: os.stat_result) -> bool:
         """True when ``st`` differs from what the file's last read saw."""
@@ -302,6 +313,7 @@ class SessionStore:
         project = f.decoder.project
         loads, bad_json = orjson.loads, orjson.JSONDecodeError
         s = f.session
+        judge, born = self.identity.judge, f.born
         for line in lines:
             try:
                 obj = loads(line)
@@ -355,14 +367,14 @@ class SessionStore:
                 key = partial(_line_key, s.session_id, line)
             else:
                 key = ident
-            if ident in s.seen:
+            said = judge(s.seen, ident, ev.ts, ev.foreign, born)
+            if said == DUPLICATE:
                 m.duplicates.labels(prov).inc()
                 counters.duplicates += 1
                 continue
-            s.seen.add(ident)
             s.seq += 1
             counters.events += 1
-            s.reducer.apply(ev, s.seq, live and not ev.replayed, key)
+            s.reducer.apply(ev, s.seq, live and said != COPY, key)
 
     def _bind(self, f: _File, ev) -> Session | None:
         """Attach a file to its session once its first record is known."""
@@ -546,6 +558,7 @@ class SessionStore:
             old = [k for k, s in self.sessions.items() if now - s.last_write > self.session_ttl]
             for key in old:
                 s = self.sessions.pop(key)
+                self.identity.forget(s.seen)
                 for path in s.files:
                     f = self.files.get(path)
                     if f is not None and f.session is s:
@@ -609,13 +622,14 @@ class SessionStore:
             for fam in getattr(self.metrics, name).collect():
                 counts += [(name, smp.labels, smp.value) for smp in fam.samples
                            if smp.name.endswith("_total") and smp.value]
-        return self.files, self.sessions, counts
+        return self.files, self.sessions, counts, self.identity
 
     def adopt(self, part: tuple) -> None:
         """Take over the files, sessions and counts of :meth:`export` (of a
         store that read other files than this one)."""
-        files, sessions, counts = part
+        files, sessions, counts, identity = part
         with self._lock:
+            self.identity.merge(identity)
             for path, f in files.items():
                 self.files[path] = f
                 self._watched(f.provider.NAME).inc()
