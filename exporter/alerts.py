@@ -270,6 +270,22 @@ class Alerter:
         except OSError as e:
             log.error("cannot write the alert ledger %s: %s", self.ledger_path, e.strerror or e)
 
+    def owed(self) -> dict[tuple[str, str], frozenset]:
+        """Turn ends whose page the ledger says is still owed ("pending": a
+        crash or stop came between the decision and the delivery):
+        ``{(provider, session id): frozenset of turn keys}`` (completions and
+        errors; the store keeps them as news however they are read)."""
+        out: dict[tuple[str, str], set] = {}
+        for key, v in self.ledger.items():
+            prov, sid = v.get("provider"), v.get("session_id")
+            if v.get("status") != "pending" or not isinstance(prov, str) or not isinstance(sid, str):
+                continue
+            for kind in ("completed", "error"):
+                head = f"{kind}:{prov}:{sid}:"
+                if key.startswith(head):
+                    out.setdefault((prov, sid), set()).add(key[len(head):])
+        return {k: frozenset(v) for k, v in out.items()}
+
     # -- reader thread -----------------------------------------------------
     def observe(self, transitions: list[Transition], now: float) -> None:
         """Consider each transition for a page (see the module doc). Every

@@ -82,6 +82,10 @@ class Daemon:
         self.store.news = self._news  # before counting: carried-open sessions' endings are news
         self.roots = configured_roots(cfg)
         self.alerter = alerter
+        # Turn ends whose page was decided but not sent when the last run
+        # ended: judged again however they are read (the ledger wrote
+        # "pending" before any checkpoint moved past their records).
+        self.store.owed = alerter.owed() if alerter is not None else {}
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
@@ -238,6 +242,7 @@ class Daemon:
                 if self.alerter is not None:
                     self.alerter.tick(time.time())
                 if time.monotonic() >= next_save:
+                    self._evaluate()  # every turn end read is judged (its page "pending") before the checkpoint passes it
                     self._save_checkpoint()
                     next_save = time.monotonic() + CHECKPOINT_EVERY_SECONDS
             except Exception:  # pragma: no cover - keep following files whatever happens

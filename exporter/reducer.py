@@ -107,7 +107,7 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "owed")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -126,6 +126,10 @@ class SessionReducer:
         #: read (turns written while the exporter was down, a file copied in
         #: at once). The caller takes them (``SessionStore.evaluate``).
         self.passed: list[Status] = []
+        #: Turn keys whose end still owes a page (the ledger said "pending" at
+        #: start-up): kept in ``passed`` even when read as backfill, so that a
+        #: crash between the page's decision and its delivery loses nothing.
+        self.owed: frozenset = frozenset()
 
     @property
     def decided_at(self) -> float | None:
@@ -180,8 +184,8 @@ class SessionReducer:
 
     def _new_turn(self, ev: Event, ident_key, live: bool = False) -> None:
         last = self._last
-        ended = last is not None and self._last_live and (last.kind == COMPLETE or last.kind == ERROR
-                                                          and last.retry_in is None)
+        ended = last is not None and (self._last_live or self.turn in self.owed) and (
+            last.kind == COMPLETE or last.kind == ERROR and last.retry_in is None)
         if ended:
             self.passed.append(self.status(last.ts or 0.0, 0.0))  # (the time rules do not apply to these)
         if ev.turn_id:

@@ -304,6 +304,20 @@ def _ago(seconds: float) -> str:
     return f"{seconds}s ago"
 
 
+def _copies_span(parts) -> bool:
+    """True when two start-up readers saw one record (same identity, same
+    record time): which of them is the copy, and so whether it is news,
+    only one store that saw both can say (``exporter.identity``)."""
+    union: dict = {}
+    for part in parts:
+        first = part[3].first
+        for k, v in first.items():
+            if k in union and union[k] == v:
+                return True
+        union.update(first)
+    return False
+
+
 def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=None, progress=None,
                   workers: int | None = None, news_from: float | None = None) -> None:
     """The daemon's start-up read: ``files`` (``(path, provider, root,
@@ -315,10 +329,14 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         def work(shard, label):
             part = make_store(cfg)
+            part.owed = store.owed
             _read_files(part, [files[i] for i in shard], label, until, stop, news_from)
             return sorted(set(part.sessions)), part.export()
 
         results = _fork(files, n, work, progress, stop)
+        if results is not None and _copies_span(results):
+            log.debug("a record copied between files of two reading workers; reading again in one process")
+            results = None
         if results is not None:
             for part in results:
                 store.adopt(part)

@@ -153,6 +153,10 @@ class SessionStore:
         #: previous run left open.
         self.news = None
         self._watched_gauges: dict = {}
+        #: ``{(provider, session id): turn keys}`` whose end still owes a page
+        #: (the page ledger's "pending" entries at start-up; see
+        #: ``SessionReducer.owed``).
+        self.owed: dict[tuple[str, str], frozenset] = {}
         #: Record identities of every session (duplicates and copies).
         self.identity = Identity()
 
@@ -415,6 +419,7 @@ class SessionStore:
         s = self.sessions.get(key)
         if s is None:
             s = Session(provider, sid, SessionReducer(self.timing))
+            s.reducer.owed = self.owed.get(key, s.reducer.owed)
             s.hidden = hidden
             self.sessions[key] = s
         return s
