@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
 from .metrics import Metrics
+from .names import ALERT_KINDS
 from .persist import load_json, save_json
 from .store import PROVIDER_MODULES, Session, Transition, project_label
 
@@ -47,7 +48,7 @@ LEDGER_MAX_ENTRIES = 50_000
 #: What a page says the agent waits for, by wait reason.
 WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a question",
                "plan": "has a plan for you to approve", "elicitation": "needs your input"}
-KINDS = ("completed", "error", "stalled", "waiting")
+KINDS = ALERT_KINDS
 
 
 def unit_of(st) -> str | None:

@@ -18,6 +18,7 @@ import orjson
 from . import __version__, logs
 from .config import ConfigError, load
 from .decode import parse_timestamp
+from .providers import PROVIDER_MODULES
 
 log = logging.getLogger("coding_agent_exporter")
 
@@ -55,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--json", action="store_true", help="print JSON lines")
     scan.add_argument("--at", metavar="TIME",
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
-    scan.add_argument("--provider", choices=["claude_code", "codex"],
+    scan.add_argument("--provider", choices=list(PROVIDER_MODULES),
                       help="treat every file as this agent's (default: by folder, else by content)")
 
     check = sub.add_parser("check-config", allow_abbrev=False, help="validate the configuration and print the effective roots")
@@ -64,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     hook = sub.add_parser("hook", allow_abbrev=False,
                           help="deliver one agent hook event (JSON on stdin) to the exporter; always exits 0")
     _common(hook)
-    hook.add_argument("--agent", required=True, choices=["claude_code", "codex"], help="the agent running the hook")
+    hook.add_argument("--agent", required=True,
+                      choices=[n for n, m in PROVIDER_MODULES.items() if hasattr(m, "project_hook")], help="the agent running the hook")
     hook.add_argument("--url", default=f"http://{DEFAULT_LISTEN}", metavar="URL",
                       help=f"the exporter's address, http(s)://[user:password@]host:port (default: http://{DEFAULT_LISTEN})")
     hook.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",

@@ -10,7 +10,6 @@ delivery runs in its own thread and never blocks reading.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 import threading
@@ -23,10 +22,10 @@ from .history import HistoryIndex, horizon, split_start_up
 from .events import WAIT
 from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
+from .names import OPEN_STATES
 from .persist import load_json, remove_leftovers, save_json
 from .scan import make_store, read_start_up
 from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
-from .store import Transition
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +78,6 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self.store = make_store(cfg, self.metrics)
         self.store.session_ttl = cfg.metrics.session_ttl_seconds
-        self.store.news = self._news  # before counting: carried-open sessions' endings are news
         self.roots = configured_roots(cfg)
         self.alerter = alerter
         # Turn ends whose page was decided but not sent when the last run
@@ -107,9 +105,6 @@ class Daemon:
         self._checkpoint: dict | None = None
         self._checkpoint_at: float | None = None
         self._saved: tuple = ({}, [], -1, 0)
-        #: Sessions the previous run saw still open (working/stalled) at its
-        #: last checkpoint: a turn end they reach now was never news to it.
-        self._carry: set[tuple[str, str]] = set()
         self._backfilled = False  # the start-up scan ran to its end
         self._denied: set[str] = set()  # folders that could not be listed at the last poll
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
@@ -157,8 +152,8 @@ class Daemon:
         ``force``)."""
         offsets = self.store.offsets()
         open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
-                       if not s.hidden and s.status.state in ("working", "stalled"))
-        open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
+                       if not s.hidden and s.status.state in OPEN_STATES)
+        open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self.store.carry})
         history = self.history.version
         if (offsets, open_, history, self._hooks_version) == self._saved and not force:
             return
@@ -172,22 +167,6 @@ class Daemon:
             self._saved = (offsets, open_, history, self._hooks_version)
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
-
-    def _news(self, transitions: list[Transition]) -> list[Transition]:
-        """A session the previous run left open (working, or an answer not yet
-        settled) whose turn ends now was never paged: its ending is news,
-        although the records deciding it were read before the restart."""
-        if not self._carry:
-            return transitions
-        out = []
-        for t in transitions:
-            key = (t.session.provider, t.session.session_id)
-            if key in self._carry and t.new.state not in ("working", "stalled", "unknown"):
-                self._carry.discard(key)
-                if not t.new.live and t.new.state in ("completed", "error"):
-                    t = Transition(t.session, t.old, dataclasses.replace(t.new, live=True))
-            out.append(t)
-        return out
 
     # -- worker ------------------------------------------------------------
     def _on_dir(self, path: str) -> None:
@@ -339,7 +318,7 @@ class Daemon:
         self._checkpoint = files_cp if isinstance(files_cp, dict) else None
         open_ = cp.get("open")
         if isinstance(open_, list):
-            self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
+            self.store.carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
         if cp.get("history") == HISTORY_FILE and self._checkpoint is not None and horizon(self.cfg) < float("inf"):
             try:
                 self._prev_history = HistoryIndex.load(self.history_path)
@@ -390,7 +369,7 @@ class Daemon:
                     pass
         read -= sum(st[1] for path, _p, _r, st in resumed if path in self.store.files)  # skipped, not read
         transitions = self.store.evaluate()
-        self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
+        self.store.carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
         self._history_counted = history_count

@@ -13,10 +13,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from . import __version__
 from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
-from .reducer import EVIDENCE, STATES
+from .names import ALERT_KINDS, ERROR_KINDS, EVIDENCE, STATES
+from .providers import PROVIDER_MODULES
 
-PROVIDERS = ("claude_code", "codex")
-ALERT_KINDS = ("completed", "error", "stalled", "waiting")
+PROVIDERS = tuple(PROVIDER_MODULES)
 #: Hook events counted by name (``hook_event_name``); any other name counts as ``other``.
 HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure",
                "PermissionDenied", "UserPromptSubmit", "Stop", "StopFailure", "SubagentStop", "SessionStart",
@@ -26,7 +26,6 @@ HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent"
                       "unreadable_spool", "expired")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation")
-ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response")
 
 
 class Metrics:

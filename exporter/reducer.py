@@ -44,10 +44,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
 from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
 
-STATES = ("working", "waiting", "completed", "error", "interrupted", "stalled", "unknown")
-EVIDENCE = ("explicit", "inferred")
 #: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
 #: lookup hashes the member (``Enum.__hash__``, Python code).
 _QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)

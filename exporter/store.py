@@ -8,6 +8,7 @@ routes files to sessions and counts.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -24,6 +25,7 @@ from .decode import LineError, decode_line
 from .events import META, SESSION
 from .identity import COPY, DUPLICATE, Identity
 from .metrics import Metrics
+from .names import OPEN_STATES
 from .providers import PROVIDER_MODULES
 from .reducer import SessionReducer, Status, Timing
 from .tailer import Tailer
@@ -148,10 +150,10 @@ class SessionStore:
         self.sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
         self._dirty: set[tuple[str, str]] = set()
-        #: Optional ``f(transitions) -> transitions`` applied before counting:
-        #: the daemon marks as news (``live``) the endings of sessions its
-        #: previous run left open.
-        self.news = None
+        #: Sessions the previous run left open (working or stalled at its
+        #: last checkpoint): the turn end they reach now was never news to it,
+        #: so it is news, although its records may be read as backfill.
+        self.carry: set[tuple[str, str]] = set()
         self._watched_gauges: dict = {}
         #: ``{(provider, session id): turn keys}`` whose end still owes a page
         #: (the page ledger's "pending" entries at start-up; see
@@ -474,7 +476,7 @@ class SessionStore:
             keys = set(self._dirty)
             self._dirty.clear()
             for key, s in self.sessions.items():
-                if s.status.state in ("working", "stalled"):
+                if s.status.state in OPEN_STATES:
                     keys.add(key)
             for key in keys:
                 s = self.sessions.get(key)
@@ -491,13 +493,26 @@ class SessionStore:
                     continue
                 s.status = new
                 out.append(Transition(s, old, new))
-            if self.news is not None:
-                out = self.news(out)
+            if self.carry:
+                out = self._carried(out)
             for t in out:
                 self._count(t.session, t.new)
                 self._waited(t.session, t.old, t.new)
                 if log.isEnabledFor(logging.DEBUG) and (t.old.state, t.old.turn) != (t.new.state, t.new.turn):
                     self._log_transition(t)
+        return out
+
+    def _carried(self, transitions: list[Transition]) -> list[Transition]:
+        """The first ending of each carried-open session (see ``carry``) as
+        news."""
+        out = []
+        for t in transitions:
+            key = (t.session.provider, t.session.session_id)
+            if key in self.carry and t.new.state not in ("working", "stalled", "unknown"):
+                self.carry.discard(key)
+                if not t.new.live and t.new.state in ("completed", "error"):
+                    t = Transition(t.session, t.old, dataclasses.replace(t.new, live=True))
+            out.append(t)
         return out
 
     @staticmethod

@@ -48,6 +48,7 @@ from pathlib import Path
 import orjson
 
 from ..decode import parse_timestamp
+from ..names import STOP_FAILURE_KINDS
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
 
 NAME = "claude_code"
@@ -382,9 +383,7 @@ class FileDecoder:
 
 # -- hooks -------------------------------------------------------------------
 #: ``StopFailure`` ``error`` values (Claude Code hooks reference) → error kinds.
-_STOP_FAILURE_KINDS = {"rate_limit": "rate_limit", "authentication_failed": "auth", "billing_error": "billing",
-                       "overloaded": "overloaded", "server_error": "api_error", "invalid_request": "api_error",
-                       "max_output_tokens": "api_error"}
+_STOP_FAILURE_KINDS = STOP_FAILURE_KINDS
 #: ``Notification`` ``notification_type`` values that mean the user must act.
 _NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
 
