@@ -23,15 +23,13 @@ from .events import WAIT
 from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
 from .names import OPEN_STATES
-from .persist import load_json, remove_leftovers, save_json
+from . import checkpoint
+from .checkpoint import Checkpoint
 from .scan import make_store, read_start_up
 from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
-#: The files left as history (``HistoryIndex.save``), written with the checkpoint.
-HISTORY_FILE = "history-index.bin"
 CHECKPOINT_EVERY_SECONDS = 5.0
 #: Applied hook deliveries the checkpoint keeps per session (the newest:
 #: a later event decides the state; two waits in a row merge) and sessions
@@ -56,12 +54,6 @@ def _size(n: int) -> str:
         if n >= div:
             return f"{n / div:.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{n} B"
-
-
-def _valid_checkpoint(data: dict) -> bool:
-    files, open_ = data.get("files"), data.get("open", [])
-    return (isinstance(files, dict) and isinstance(open_, list)
-            and all(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) for v in files.values()))
 
 
 class Daemon:
@@ -100,11 +92,7 @@ class Daemon:
         self._new_dirs: list[str] = []
         self._dir_lock = threading.Lock()
         self._missing: set[Path] = set()
-        self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
-        self.history_path = cfg.resolved_state_dir() / HISTORY_FILE
-        self._checkpoint: dict | None = None
-        self._checkpoint_at: float | None = None
-        self._saved: tuple = ({}, [], -1, 0)
+        self.checkpoint = Checkpoint(cfg.resolved_state_dir())
         self._backfilled = False  # the start-up scan ran to its end
         self._denied: set[str] = set()  # folders that could not be listed at the last poll
         self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
@@ -151,22 +139,12 @@ class Daemon:
         were still open, atomically; skipped when nothing changed (unless
         ``force``)."""
         offsets = self.store.offsets()
-        open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
-                       if not s.hidden and s.status.state in OPEN_STATES)
-        open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self.store.carry})
-        history = self.history.version
-        if (offsets, open_, history, self._hooks_version) == self._saved and not force:
-            return
+        open_ = {f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
+                 if not s.hidden and s.status.state in OPEN_STATES}
+        open_ = sorted(open_ | {f"{p}\t{sid}" for p, sid in self.store.carry})
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
         hooks = [r for kept in self._hook_log.values() for r in kept if not ttl or now - r["ts"] < ttl]
-        try:
-            if history != self._saved[2] or force:
-                self.history.save(self.history_path)  # first: the checkpoint says it is there
-            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_,
-                                             "history": HISTORY_FILE, "hooks": hooks})
-            self._saved = (offsets, open_, history, self._hooks_version)
-        except OSError as e:
-            log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
+        self.checkpoint.save(offsets, open_, hooks, self.history, force, self._hooks_version)
 
     # -- worker ------------------------------------------------------------
     def _on_dir(self, path: str) -> None:
@@ -309,23 +287,15 @@ class Daemon:
         checkpoint: same path and inode) are backfill; bytes after them were
         written while the exporter was down and are news."""
         started = time.monotonic()
-        cp = load_json(self.checkpoint_path, "checkpoint", _valid_checkpoint)
-        try:  # when the previous run last said what it had read: files made since were born after it
-            self._checkpoint_at = os.stat(self.checkpoint_path).st_mtime if cp else None
-        except OSError:
-            self._checkpoint_at = None
-        files_cp = cp.get("files")
-        self._checkpoint = files_cp if isinstance(files_cp, dict) else None
-        open_ = cp.get("open")
-        if isinstance(open_, list):
-            self.store.carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
-        if cp.get("history") == HISTORY_FILE and self._checkpoint is not None and horizon(self.cfg) < float("inf"):
+        cp = self.checkpoint
+        cp.load()
+        self.store.carry = set(cp.open)
+        if cp.has_history and horizon(self.cfg) < float("inf"):
             try:
-                self._prev_history = HistoryIndex.load(self.history_path)
+                self._prev_history = HistoryIndex.load(cp.history_path)
             except (OSError, ValueError) as e:
                 log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
-                            "down are read whole, as news", self.history_path, getattr(e, "strerror", None) or e)
-        remove_leftovers(self.history_path)  # an index save a crash interrupted
+                            "down are read whole, as news", cp.history_path, getattr(e, "strerror", None) or e)
         first = self.early_split.result(last=False) if self.early_split is not None else None
         if first is None:
             if self.early_split is not None and self._stop.is_set():
@@ -341,10 +311,10 @@ class Daemon:
         if self._prev_history is not None and self._prev_history.slots():
             files, resumed = self._resumed_history(files)
         total = len(files) + len(resumed)
-        until = {path: self._resume_offset(path) for path, *_ in files}
+        until = {path: checkpoint.until(cp.read_from(path)) for path, *_ in files}
         reading = time.monotonic()
         read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
-                      lambda msg: log.info("start-up scan: %s", msg), news_from=self._checkpoint_at)
+                      lambda msg: log.info("start-up scan: %s", msg), news_from=cp.saved_at)
         for path, prov, root, st in resumed:
             if self._stop.is_set():
                 break
@@ -354,7 +324,7 @@ class Daemon:
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
-        self._reapply_hooks(cp.get("hooks"))
+        self._reapply_hooks(cp.hooks)
         reading = time.monotonic() - reading
         read = 0
         for path, *_ in files + resumed:
@@ -422,55 +392,11 @@ class Daemon:
         for item in files:
             path, prov, root, _size = item
             got = self._prev_history.get(path)
-            if got is not None and (self._checkpoint is None or path not in self._checkpoint) \
-                    and self._continues(path, got[1]):
+            if got is not None and not self.checkpoint.knows(path) and checkpoint.continues(path, got[1]):
                 resumed.append((path, prov, root, got[1]))
             else:
                 rest.append(item)
         return rest, resumed
-
-    def _continues(self, path: str, old: tuple) -> bool:
-        """True when ``path`` looks like the history file ``old`` (``(st_ino,
-        st_size, st_mtime_ns)`` when it was left as history) with bytes
-        appended: the same inode, not shorter, and a line end where it
-        ended (a file deleted and written again under the same name may get
-        the same inode number). An old file that ended inside a line fails
-        the last check and is read whole, as a new file."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        ino, size, _mtime = old
-        return st.st_ino == ino and st.st_size >= size and (size == 0 or self._line_end_at(path, size))
-
-    def _resume_offset(self, path: str) -> int | None:
-        """Where the previous run stopped reading ``path`` (None: the whole
-        file is backfill)."""
-        if self._checkpoint is None:
-            return None  # first run: everything is backfill
-        cp = self._checkpoint.get(path)
-        if cp is None:
-            return 0  # created while the exporter was down: news
-        if not (isinstance(cp, list) and len(cp) == 2):
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        if cp[0] != st.st_ino or not isinstance(cp[1], int) or not 0 <= cp[1] <= st.st_size:
-            return None
-        if cp[1] and not self._line_end_at(path, cp[1]):
-            return None  # rewritten while the exporter was down: not where it stopped
-        return cp[1]
-
-    @staticmethod
-    def _line_end_at(path: str, offset: int) -> bool:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset - 1)
-                return f.read(1) == b"\n"
-        except OSError:
-            return False
 
     def _read(self, path: str, live: bool, until: int | None = None) -> None:
         store = self.store
@@ -483,7 +409,7 @@ class Daemon:
                 store._watched(old[0]).dec()
             if not os.path.isfile(path):
                 return
-            if old is not None and self._continues(path, old[1]):
+            if old is not None and checkpoint.continues(path, old[1]):
                 # history until now: followed from where it ended
                 if store.skip(path, hit[0], hit[1], st=old[1]) is None:
                     return
