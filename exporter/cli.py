@@ -164,7 +164,7 @@ def _scan_hint(args, cfg) -> str:
     """Why a scan found no session, for the plain output."""
     from pathlib import Path
 
-    from .sources import walk_jsonl
+    from .roots import walk_jsonl
 
     files = []
     for p in map(Path, args.paths):
@@ -215,7 +215,7 @@ def _scan(args, cfg) -> int:
 
 def _check(cfg) -> int:
     from .alerts import build_targets, describe_targets
-    from .sources import configured_roots, describe_root
+    from .roots import configured_roots, describe_root
     from .store import PROVIDER_MODULES
 
     for prov, root in configured_roots(cfg):
@@ -258,7 +258,7 @@ def _run(args, cfg) -> int:
     # larger part of the time to ready with a heavy history) begins in a
     # forked process now, while the rest is imported and set up.
     from .history import horizon, split_early
-    from .sources import configured_roots
+    from .roots import configured_roots
 
     early = split_early(configured_roots(cfg), horizon(cfg), time.time())
     try:

@@ -26,7 +26,7 @@ from .names import OPEN_STATES
 from . import checkpoint
 from .checkpoint import Checkpoint
 from .scan import make_store, read_start_up
-from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
+from .roots import Roots, WalkStats, configured_roots, describe_root, walk_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self.store = make_store(cfg, self.metrics)
         self.store.session_ttl = cfg.metrics.session_ttl_seconds
-        self.roots = configured_roots(cfg)
+        self.roots = Roots(configured_roots(cfg))
         self.alerter = alerter
         # Turn ends whose page was decided but not sent when the last run
         # ended: judged again however they are read (the ledger wrote
@@ -233,7 +233,7 @@ class Daemon:
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""
-        return bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
+        return bool(path) and ".." not in Path(path).parts and self.roots.root_of(path) is not None
 
     def _keep_hook(self, s, d) -> bool:
         """Keep an applied delivery ``d`` of session ``s`` for the checkpoint.
@@ -401,7 +401,7 @@ class Daemon:
     def _read(self, path: str, live: bool, until: int | None = None) -> None:
         store = self.store
         if path not in store.files:
-            hit = self._root_of(path)
+            hit = self.roots.root_of(path)
             if hit is None:
                 return
             old = self.history.take(path)  # changed or deleted: no longer history
@@ -439,15 +439,6 @@ class Daemon:
             self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
         elif self._unreadable.pop(path, None) is not None:
             log.info("%s can be read again", path)
-
-    def _root_of(self, path: str):
-        for prov, root in self.roots:
-            try:
-                Path(path).relative_to(root)
-                return prov, root
-            except ValueError:
-                continue
-        return None
 
     def _drain_dirs(self) -> None:
         with self._dir_lock:

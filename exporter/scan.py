@@ -24,7 +24,7 @@ from .config import Config
 from .decode import LineError, decode_line
 from .metrics import Metrics
 from .reducer import Timing
-from .sources import configured_roots
+from .roots import Roots, configured_roots, walk_jsonl
 from .store import PROVIDER_MODULES, SessionStore
 from .workers import fork_map, worker_count
 
@@ -69,68 +69,11 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
     )
 
 
-def _walk(top: Path):
-    """``(path, resolved path, size)`` of every ``*.jsonl`` file under
-    ``top`` (as ``sources.walk_jsonl``: no symlinked folders followed,
-    unreadable folders skipped). Resolved paths come from the walk itself:
-    a folder it enters is no symlink, so only symlinked files need a
-    ``realpath``."""
-    stack = [(str(top), os.path.realpath(top))]
-    while stack:
-        d, real = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append((e.path, os.path.join(real, e.name)))
-                        elif e.name.endswith(".jsonl") and e.is_file():
-                            if e.is_symlink():
-                                yield e.path, os.path.realpath(e.path), os.stat(e.path).st_size
-                            else:
-                                yield e.path, os.path.join(real, e.name), e.stat().st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-
-
-class _Roots:
-    """``sources.provider_for`` given the resolved path (no ``resolve()`` per
-    file): the same checks in the same order, ``Path.relative_to`` done as the
-    comparison of parts it is."""
-
-    def __init__(self, roots):
-        self.roots = []
-        for name, root in roots:
-            try:
-                real = root.resolve().parts
-            except OSError:
-                real = None
-            self.roots.append((name, root, root.parts, real))
-
-    @staticmethod
-    def _under(parts: tuple, root: tuple | None) -> bool:
-        if root is None:
-            return False
-        if not root:  # Path(".") holds every relative path
-            return not (parts and parts[0] == "/")
-        return parts[:len(root)] == root
-
-    def lookup(self, fp: str, resolved: str):
-        cands = (Path(fp).parts, Path(resolved).parts)
-        for name, root, parts, real in self.roots:
-            for c in cands:
-                if self._under(c, parts) or self._under(c, real):
-                    return name, root
-        return None
-
-
 def _discover(paths: list[str], cfg: Config, provider: str | None):
     """``(path, provider, root, size)`` of every file to read, in order.
     ``provider`` is ``None`` where only the records can tell (the reader
     sniffs them: in the worker, when there are workers)."""
-    lookup = _Roots(configured_roots(cfg)).lookup
+    lookup = Roots(configured_roots(cfg)).root_of
     files: list[tuple[str, str | None, Path, int]] = []
     for p in paths:
         path = Path(p).expanduser()
@@ -139,7 +82,7 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
         if path.is_file():
             found = [(str(path), os.path.realpath(path), path.stat().st_size)]
         else:
-            found = sorted(_walk(path))
+            found = sorted(walk_jsonl(path, resolved=True))
         base = path if path.is_dir() else path.parent
         for fp, resolved, size in found:
             prov, root = provider, base
