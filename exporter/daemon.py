@@ -1,4 +1,5 @@
-"""The long-running exporter: discovery + store + evaluation loop + alerts.
+"""The long-running exporter: the wiring (roots, file table, store, checkpoint,
+alerter) and the reader loop, plus the start-up plan and hook persistence.
 
 One worker thread owns the store: it reads queued paths (from watchdog
 events), polls every known file's stat every ``poll_interval_seconds``, walks
@@ -16,17 +17,18 @@ import threading
 import time
 from pathlib import Path
 
+from . import checkpoint
+from .checkpoint import Checkpoint
 from .config import Config
 from .discovery import ChangeQueue, Watcher
-from .history import HistoryIndex, horizon, split_start_up
 from .events import WAIT
+from .files import FileTable, stat_key
+from .history import HistoryIndex, horizon, split_start_up
 from .hooks import HookInbox, from_record, to_record
 from .metrics import Metrics
 from .names import OPEN_STATES
-from . import checkpoint
-from .checkpoint import Checkpoint
+from .roots import Roots, configured_roots, describe_root
 from .scan import make_store, read_start_up
-from .roots import Roots, WalkStats, configured_roots, describe_root, walk_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +39,7 @@ CHECKPOINT_EVERY_SECONDS = 5.0
 #: ``metrics.session_ttl_seconds``).
 HOOKS_KEPT_PER_SESSION = 3
 HOOK_SESSIONS_KEPT = 1000
-#: The poll walks the roots at most once per this many times the last
-#: walk's duration (1 % of a core; see Daemon._poll).
-WALK_COST_FACTOR = 100.0
 
-
-def _stat_key(st: os.stat_result) -> tuple:
-    """What must change before a file that could not be read is tried again
-    (a chmod changes ``st_ctime_ns``)."""
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
 
 def _size(n: int) -> str:
@@ -84,26 +78,24 @@ class Daemon:
         #: outlives a restart.
         self._hook_log: dict[tuple, collections.deque[dict]] = {}
         self._hooks_version = 0
-        self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
+        #: The followed files: reads, the poll and the walk, the history index.
+        self.files = FileTable(self.store, self.roots, self.queue, self.metrics)
+        self.watcher = (Watcher(self.roots, self.queue, self.files.on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
+        self.files.watcher = self.watcher
         self.ready = threading.Event()
-        self._stop = threading.Event()
+        self._stop = self.files.stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._new_dirs: list[str] = []
-        self._dir_lock = threading.Lock()
-        self._missing: set[Path] = set()
         self.checkpoint = Checkpoint(cfg.resolved_state_dir())
         self._backfilled = False  # the start-up scan ran to its end
-        self._denied: set[str] = set()  # folders that could not be listed at the last poll
-        self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
-        self._next_coverage = 0.0
-        self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
-        self._folders: dict[str, int] = {}  # root → folders its last walk listed
-        #: Files the start-up scan left as history, followed from their end once they change.
-        self.history = HistoryIndex()
         self._prev_history: HistoryIndex | None = None  # the previous run's, from its checkpoint
         self._split = None  # the start-up walk in this process (when not forked), between its two results
         self._history_counted: dict[str, int] | None = None  # its first result's count of history files
+
+    @property
+    def history(self) -> HistoryIndex:
+        """The files the start-up scan left as history (:attr:`FileTable.history`)."""
+        return self.files.history
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -117,7 +109,7 @@ class Daemon:
                 log.info("reading %s transcripts under %s", prov, root)
             else:
                 log.info("waiting for %s folder %s (it %s)", prov, root, describe_root(prov, root))
-                self._missing.add(root)
+                self.files.missing.add(root)
         self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
         self._thread.start()
 
@@ -147,11 +139,6 @@ class Daemon:
         self.checkpoint.save(offsets, open_, hooks, self.history, force, self._hooks_version)
 
     # -- worker ------------------------------------------------------------
-    def _on_dir(self, path: str) -> None:
-        with self._dir_lock:
-            self._new_dirs.append(path)
-        self.queue.wake()
-
     def _run(self) -> None:
         try:
             self._backfill()
@@ -169,7 +156,7 @@ class Daemon:
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:
-                self._poll(count=False)  # what was written before the watches were in place
+                self.files.poll(count=False)  # what was written before the watches were in place
                 self._evaluate()
             except Exception:  # pragma: no cover - keep following files whatever happens
                 log.exception("reader loop error; continuing")
@@ -184,12 +171,12 @@ class Daemon:
                 timeout = min(timeout, self.alerter.next_due_in())
             paths = self.queue.take(timeout)
             try:
-                self._drain_dirs()
+                self.files.drain_dirs()
                 for p in paths:
-                    self._read(p, live=True)
+                    self.files.read(p, live=True)
                 polled = False
                 if time.monotonic() >= next_poll:
-                    polled = self._poll()
+                    polled = self.files.poll()
                     self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
                 hooked = self._apply_hooks()
@@ -220,7 +207,7 @@ class Daemon:
         for d in items:
             ours = self._ours(d.transcript_path)
             if ours:
-                self._read(d.transcript_path, live=True)
+                self.files.read(d.transcript_path, live=True)
             s = self.store.apply_hook(d, may_create=ours)
             if s is not None:
                 waits = self._keep_hook(s, d) or waits
@@ -319,7 +306,7 @@ class Daemon:
             if self._stop.is_set():
                 break
             self.store.skip(path, prov, root, st=st)
-            self._read(path, live=True)
+            self.files.read(path, live=True)
         self._prev_history = None
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
@@ -334,7 +321,7 @@ class Daemon:
             read += f.tailer.offset
             if f.failing:  # logged and counted once; tried again when its stat changes
                 try:
-                    self._unreadable[path] = _stat_key(os.stat(path))
+                    self.files.unreadable[path] = stat_key(os.stat(path))
                 except OSError:
                     pass
         read -= sum(st[1] for path, _p, _r, st in resumed if path in self.store.files)  # skipped, not read
@@ -371,7 +358,7 @@ class Daemon:
         for prov, n in index.count.items():
             if n != counted.get(prov, 0):
                 self.store._watched(prov).inc(n - counted.get(prov, 0))
-        self.history = index
+        self.files.history = index
         return True
 
     def _split_here(self):
@@ -397,164 +384,6 @@ class Daemon:
             else:
                 rest.append(item)
         return rest, resumed
-
-    def _read(self, path: str, live: bool, until: int | None = None) -> None:
-        store = self.store
-        if path not in store.files:
-            hit = self.roots.root_of(path)
-            if hit is None:
-                return
-            old = self.history.take(path)  # changed or deleted: no longer history
-            if old is not None:
-                store._watched(old[0]).dec()
-            if not os.path.isfile(path):
-                return
-            if old is not None and checkpoint.continues(path, old[1]):
-                # history until now: followed from where it ended
-                if store.skip(path, hit[0], hit[1], st=old[1]) is None:
-                    return
-            elif not store.track(path, hit[0], hit[1], born=time.time()):  # new, or another file under the old name
-                return
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            store.forget(path)
-            self._unreadable.pop(path, None)
-            return
-        except OSError:
-            st = None
-        key = _stat_key(st) if st is not None else None
-        if key is not None and self._unreadable.get(path) == key:
-            return  # failed with this very stat: logged and counted once; tried again when it changes
-        t = store.files[path].tailer
-        before = (t.inode, t.size, t.mtime_ns)
-        while store.refresh(path, live=live, until=until):
-            if self._stop.is_set():
-                return  # shutting down: the checkpoint says how far this got
-        f = store.files.get(path)
-        if f is None:
-            return
-        if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
-                and store.changed(path, st):
-            self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
-        elif self._unreadable.pop(path, None) is not None:
-            log.info("%s can be read again", path)
-
-    def _drain_dirs(self) -> None:
-        with self._dir_lock:
-            dirs, self._new_dirs = self._new_dirs, []
-        for d in dirs:
-            for p in walk_jsonl(Path(d)):
-                if p not in self.store.files:
-                    self._read(p, live=True)
-
-    def _poll(self, count: bool = True) -> bool:
-        """Stat every followed file, walk the roots for new files and changed
-        history files, recover what the watcher missed (counted, unless
-        ``count`` is false: before the watches were placed), drop files that
-        vanished. True when it read something (the caller then evaluates at
-        once).
-
-        The walk lists every folder and stats every history file: with a
-        heavy history that is most of the poll's cost, so it runs at most
-        once per ``WALK_COST_FACTOR`` times its own duration (a walk that
-        takes 0.3 s runs every 30 s or more: 1 % of a core), at every poll
-        for a small tree. File events find new and changed files at once
-        meanwhile; a root that appears is walked at the next poll."""
-        store, m = self.store, self.metrics
-        found = False
-        counting = self.watcher is not None and count
-        appeared = False
-        for prov, root in self.roots:
-            if not root.is_dir():
-                if root not in self._missing:
-                    log.warning("%s folder %s disappeared; waiting for it", prov, root)
-                    self._missing.add(root)
-            elif root in self._missing:
-                self._missing.discard(root)
-                log.info("%s folder %s appeared; reading it", prov, root)
-                appeared = True
-        now_m = time.monotonic()
-        if not count or appeared or now_m >= self._next_walk:
-            found = self._walk(counting)
-            self._next_walk = now_m + (time.monotonic() - now_m) * WALK_COST_FACTOR
-        for path in list(store.files):
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                store.forget(path)
-                self._unreadable.pop(path, None)
-                continue
-            except OSError:
-                continue
-            if store.changed(path, st) and not self.queue.pending(path):
-                if self._unreadable.get(path) == _stat_key(st):
-                    continue  # failed with this very stat: logged and counted once, retried when it changes
-                if counting and path not in self._unreadable:
-                    m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
-                self._read(path, live=True)
-                found = True
-        gone = store.expire()
-        if gone:
-            log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
-        if self.watcher is not None:
-            self.watcher.forget_missing()
-            self.watcher.ensure()
-            if time.monotonic() >= self._next_coverage:
-                self._next_coverage = time.monotonic() + 2.0
-                self.watcher.check_coverage(self._folders)
-        return found
-
-    def _walk(self, counting: bool) -> bool:
-        """The poll's walk of every root (see :meth:`_poll`): files not
-        followed yet are read (new ones from their start, history files that
-        changed from where they ended); history files no longer found are
-        forgotten. True when it read something."""
-        store, m, history = self.store, self.metrics, self.history
-        found = False
-        seen = bytearray(history.slots()) if len(history) else None
-        denied: dict[str, OSError] = {}
-        for prov, root in self.roots:
-            if root in self._missing:
-                continue  # its files are gone with it
-            stats = WalkStats()
-            for path in walk_jsonl(root, stats):
-                if path in store.files:
-                    continue
-                i = history.position(path) if seen is not None else -1
-                if i >= 0:  # a history file: read when its stat changed
-                    seen[i] = 1
-                    try:
-                        if history.unchanged(i, os.stat(path)):
-                            continue
-                    except OSError:
-                        continue
-                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root, born=time.time())):
-                    continue
-                if counting:
-                    m.poll_recoveries.labels(prov).inc()
-                self._read(path, live=True)
-                found = True
-            self._folders[str(root)] = stats.dirs
-            denied.update(stats.denied)
-        self._note_denied(denied)
-        if seen is not None and not denied:  # every folder listed: a history file not found is gone
-            for prov, n in history.drop_unseen(seen).items():
-                if n:
-                    store._watched(prov).dec(n)
-        return found
-
-    def _note_denied(self, denied: dict[str, OSError]) -> None:
-        """Say once when a folder cannot be listed (its transcripts are not
-        read), and when it can again."""
-        for d in sorted(set(denied) - self._denied):
-            e = denied[d]
-            log.warning("cannot list folder %s: %s; its transcripts are not read until it can be", d,
-                        e.strerror or e)
-        for d in sorted(self._denied - set(denied)):
-            if os.path.isdir(d):
-                log.info("folder %s can be listed again", d)
-        self._denied = set(denied)
 
     def _evaluate(self) -> None:
         transitions = self.store.evaluate()
