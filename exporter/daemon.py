@@ -10,7 +10,6 @@ delivery runs in its own thread and never blocks reading.
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -21,10 +20,10 @@ from . import checkpoint
 from .checkpoint import Checkpoint
 from .config import Config
 from .discovery import ChangeQueue, Watcher
-from .events import WAIT
 from .files import FileTable, stat_key
 from .history import HistoryIndex, horizon, split_start_up
-from .hooks import HookInbox, from_record, to_record
+from .hooklog import HookLog
+from .hooks import HookInbox, from_record
 from .metrics import Metrics
 from .names import OPEN_STATES
 from .roots import Roots, configured_roots, describe_root
@@ -73,11 +72,10 @@ class Daemon:
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
-        #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
-        #: and applied again at the next start: a wait only a hook reported
-        #: outlives a restart.
-        self._hook_log: dict[tuple, collections.deque[dict]] = {}
-        self._hooks_version = 0
+        #: Applied deliveries, saved with the checkpoint and applied again at
+        #: the next start: a wait only a hook reported outlives a restart.
+        self.hook_log = HookLog(HOOKS_KEPT_PER_SESSION, HOOK_SESSIONS_KEPT)
+        self._hook_log = self.hook_log.kept
         #: The followed files: reads, the poll and the walk, the history index.
         self.files = FileTable(self.store, self.roots, self.queue, self.metrics)
         self.watcher = (Watcher(self.roots, self.queue, self.files.on_dir, cfg.sources.poll_interval_seconds)
@@ -135,8 +133,8 @@ class Daemon:
                  if not s.hidden and s.status.state in OPEN_STATES}
         open_ = sorted(open_ | {f"{p}\t{sid}" for p, sid in self.store.carry})
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
-        hooks = [r for kept in self._hook_log.values() for r in kept if not ttl or now - r["ts"] < ttl]
-        self.checkpoint.save(offsets, open_, hooks, self.history, force, self._hooks_version)
+        self.checkpoint.save(offsets, open_, self.hook_log.records(ttl, now), self.history, force,
+                             self.hook_log.version)
 
     # -- worker ------------------------------------------------------------
     def _run(self) -> None:
@@ -223,17 +221,8 @@ class Daemon:
         return bool(path) and ".." not in Path(path).parts and self.roots.root_of(path) is not None
 
     def _keep_hook(self, s, d) -> bool:
-        """Keep an applied delivery ``d`` of session ``s`` for the checkpoint.
-        True when it is a wait or follows one (worth saving at once)."""
-        key = (s.provider, s.session_id)
-        kept = self._hook_log.pop(key, None) or collections.deque(maxlen=HOOKS_KEPT_PER_SESSION)
-        urgent = d.event.kind == WAIT or bool(kept) and kept[-1]["kind"] == WAIT
-        kept.append(to_record(d))
-        self._hook_log[key] = kept  # last in the order: the most recently hooked
-        if len(self._hook_log) > HOOK_SESSIONS_KEPT:
-            del self._hook_log[next(iter(self._hook_log))]
-        self._hooks_version += 1
-        return urgent
+        """Keep an applied delivery for the checkpoint (:meth:`HookLog.keep`)."""
+        return self.hook_log.keep(s, d)
 
     def _reapply_hooks(self, saved) -> None:
         """Apply again the hook deliveries the previous run saved (younger
