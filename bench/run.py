@@ -35,6 +35,9 @@ exporter run`` or ``scan`` from this working tree):
 6. heavy history: time to ``/-/ready`` (first start, restart), peak RSS,
    states and start-up read speed on two histories with the same active set
    (see :func:`bench_history`); every ratio is taken in the same run.
+7. hook POST → /metrics: a ``PermissionRequest`` then a ``PostToolUse``
+   hook POSTed to ``/hooks/claude_code`` for a live session; ``/metrics``
+   scraped until it shows waiting / working (:func:`bench_hooks`).
 """
 
 from __future__ import annotations
@@ -453,6 +456,39 @@ def bench_append(work: Path, n: int, events: bool, poll: float) -> dict:
         ex.stop()
 
 
+def bench_hooks(work: Path, n: int) -> dict:
+    """Hook POST → /metrics: a Claude Code session's ``PermissionRequest``
+    hook (→ waiting), then ``PostToolUse`` (→ working), POSTed as the agent
+    does to ``/hooks/claude_code``; ``/metrics`` scraped until it shows the
+    state. The time runs from the POST's start (the request included)."""
+    root = work / "hooks"
+    gen.many_sessions(root, 20, seed=7)
+    ex = Exporter(root, {}, "hooks").start()
+    try:
+        lv = LiveClaude(root)
+        append(lv.path, lv.prompt())
+        ex.wait_state(lv.sid, "working")
+        time.sleep(WARMUP_SECONDS)
+        lat = []
+        url = f"http://127.0.0.1:{ex.port}/hooks/claude_code"
+        for i in range(-4, n):
+            name, want = ("PermissionRequest", "waiting") if i % 2 == 0 else ("PostToolUse", "working")
+            body = json.dumps({"session_id": lv.sid, "transcript_path": str(lv.path), "cwd": "/home/dev/live",
+                               "hook_event_name": name, "tool_name": "Bash",
+                               "tool_input": {"command": f"make test {i}"}}).encode()
+            t0 = time.perf_counter()
+            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                r.read()
+            took = ex.wait_state(lv.sid, want) - t0
+            if i >= 0:
+                lat.append(took)
+            time.sleep(0.02)
+        return {"n": n, "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat), "mean": statistics.mean(lat)}
+    finally:
+        ex.stop()
+
+
 # -- (3) alerts ----------------------------------------------------------------
 class Receiver:
     """Loopback HTTP server taking Apprise ``json://`` posts."""
@@ -613,6 +649,11 @@ def table(r: dict, args) -> str:
             extra = f" (poll {a['poll_interval']:.1f} s)" if a["poll_interval"] else ""
             rows.append((label + extra, f"p50 {1000 * a['p50']:.1f} ms, p99 {1000 * a['p99']:.1f} ms (n={a['n']})",
                          f"p99 < {1000 * tgt:.0f} ms", ok))
+    a = r.get("hooks")
+    if a:
+        ok = "met" if a["p99"] < 0.020 else f"missed by {1000 * (a['p99'] - 0.020):.0f} ms"
+        rows.append(("hook POST → /metrics", f"p50 {1000 * a['p50']:.1f} ms, p99 {1000 * a['p99']:.1f} ms (n={a['n']})",
+                     "p99 < 20 ms", ok))
     a = r.get("alerts")
     if a:
         ok = "met" if a["p99"] < 0.1 else f"missed by {1000 * (a['p99'] - 0.1):.0f} ms"
@@ -676,7 +717,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="cold scan runs, best taken (default 3)")
     p.add_argument("--history-size", default="1GB",
                    help="heavy history: each of two corpora, the first 1%% recent (default 1GB)")
-    p.add_argument("--only", default="scan,history,append,alerts,rss,idle", help="comma-separated parts to run")
+    p.add_argument("--only", default="scan,history,append,hooks,alerts,rss,idle", help="comma-separated parts to run")
     p.add_argument("--out", default=str(HERE / "out"), help="work folder (default bench/out)")
     args = p.parse_args(argv)
     if args.full:
@@ -718,6 +759,10 @@ def main(argv=None) -> int:
         log("append → /metrics with polling only …")
         results["append_poll"] = bench_append(work, args.poll_appends, False, args.poll_interval)
         note("append_poll")
+    if "hooks" in parts:
+        log("hook POST → /metrics …")
+        results["hooks"] = bench_hooks(work, args.appends)
+        note("hooks")
     if "alerts" in parts:
         log("marker → alert …")
         results["alerts"] = bench_alerts(work, args.alerts, args.settle)

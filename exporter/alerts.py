@@ -26,13 +26,15 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
 from .metrics import Metrics
+from .names import ALERT_KINDS
 from .persist import load_json, save_json
+from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
 from .store import PROVIDER_MODULES, Session, Transition, project_label
 
 if TYPE_CHECKING:  # imported where a target is built: start-up without alerts does not load it
@@ -50,21 +52,7 @@ WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a ques
                "plan": "has a plan for you to approve", "elicitation": "needs your input",
                "worker_request": "has a worker request for you", "sandbox_request": "has a sandbox request for you",
                "goal_proposal": "proposes a goal for you to approve"}
-KINDS = ("completed", "error", "stalled", "waiting")
-
-
-def unit_of(st) -> str | None:
-    """What one page is about: the wait for ``waiting``, else the turn."""
-    return st.wait if st.state == "waiting" else st.turn
-
-
-def alert_key(kind: str, provider: str, session_id: str, turn: str) -> str:
-    """The ledger key of one alert: scoped to its session. Record ids are not
-    unique across sessions in practice (Claude Code wrote one prompt ``uuid``
-    into two live sessions: field case 30), so one session's turn never
-    silences another's page. Replayed history (forks, resumed copies) is
-    recognised by the provider from the file itself, not here."""
-    return f"{kind}:{provider}:{session_id}:{turn}"
+KINDS = ALERT_KINDS
 
 
 @dataclass
@@ -186,28 +174,11 @@ def _fmt_duration(seconds: float | None) -> str | None:
     return f"{h}h {m}m {s}s" if h else (f"{m}m {s}s" if m else f"{s}s")
 
 
-@dataclass
-class Pending:
-    key: str
-    kind: str
-    session: Session
-    turn: str
-    state: str
-    title: str
-    body: str
-    first_seen: float
-    due: float
-    since: float | None = None  # record time the state began
-    attempt: int = 0
-    remaining: list = field(default_factory=list)  # target indexes still to deliver to
-    status: object = None  # the Status that made it (evidence for the log)
-    superseded: float | None = None  # record time of the first state after it (None: not yet)
-    notify: str | None = None  # Apprise NotifyType of a page made by :meth:`Alerter.page` (session None)
-
-
 class Alerter:
-    """Turns session transitions into pages. Thread-safe where it matters:
-    ``observe``/``tick`` run on the reader thread, delivery in its own."""
+    """Delivers what the :class:`~.pager.Pager` decides: targets, the
+    delivery thread, retries with backoff, message text, and the ledger file.
+    ``observe``/``tick`` run on the reader thread, delivery in its own; the
+    pager's state is guarded by one lock."""
 
     def __init__(self, cfg: Config, metrics: Metrics, targets: list[Target]):
         self.cfg = cfg
@@ -216,11 +187,7 @@ class Alerter:
         self.targets = targets
         self.state_dir = cfg.resolved_state_dir()
         self.ledger_path = self.state_dir / LEDGER_FILE
-        self.ledger: dict[str, dict] = {}
-        self.pending: dict[str, Pending] = {}
-        #: Pages of this run that may still get their one reminder
-        #: (``alerts.remind_after_seconds``): key → (pending, sent at).
-        self._remind: dict[str, tuple[Pending, float]] = {}
+        self.pager = Pager(Rules.from_config(cfg.alerts), self._load(), self._fields)
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
         self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
         self._lock = threading.Lock()
@@ -228,11 +195,18 @@ class Alerter:
         self._work: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._load()
         #: Keys of :meth:`page`'s pages the previous run left pending, taken
         #: at load (before any new page can be added), queued by :meth:`start`.
-        self._left_pending = [k for k, v in self.ledger.items()
+        self._left_pending = [k for k, v in self.pager.ledger.items()
                               if v.get("status") == "pending" and isinstance(v.get("page"), dict)]
+
+    @property
+    def ledger(self) -> dict[str, dict]:
+        return self.pager.ledger
+
+    @property
+    def pending(self) -> dict:
+        return self.pager.pending
 
     @classmethod
     def from_config(cls, cfg: Config, metrics: Metrics) -> Alerter:
@@ -257,29 +231,41 @@ class Alerter:
         or None. Read-only; safe from any thread."""
         return self._last_sent
 
+    def owed(self) -> dict[tuple[str, str], frozenset]:
+        """See :meth:`Pager.owed` (the store keeps these turn ends as news)."""
+        with self._lock:
+            return self.pager.owed()
+
     # -- ledger ------------------------------------------------------------
-    def _load(self) -> None:
+    def _load(self) -> dict:
         data = load_json(self.ledger_path, "alert ledger")
         entries = data.get("alerts") if isinstance(data, dict) else None
-        if isinstance(entries, dict):
-            self.ledger = {k: v for k, v in entries.items() if isinstance(v, dict)
-                           and type(v.get("at")) in (int, float) and isinstance(v.get("status"), str)}
-            if len(self.ledger) != len(entries):
-                log.warning("the alert ledger %s had %d unusable entries; dropped them", self.ledger_path,
-                            len(entries) - len(self.ledger))
+        if not isinstance(entries, dict):
+            return {}
+        ledger = {k: v for k, v in entries.items() if isinstance(v, dict)
+                  and type(v.get("at")) in (int, float) and isinstance(v.get("status"), str)}
+        if len(ledger) != len(entries):
+            log.warning("the alert ledger %s had %d unusable entries; dropped them", self.ledger_path,
+                        len(entries) - len(ledger))
+        return ledger
 
-    def _save(self) -> None:
+    def _save(self, strict: bool = False, locked: bool = False) -> None:
+        """Write the ledger file atomically. ``strict``: raise the ``OSError``
+        when it cannot be written (else it is logged); ``locked``: the caller
+        holds the save lock already."""
+        if locked:
+            self._save_unlocked(strict)
+            return
         with self._save_lock:  # one writer at a time, so a newer ledger is never overwritten by an older one
-            self._save_locked()
+            self._save_unlocked(strict)
 
-    def _save_locked(self, strict: bool = False) -> None:
+    def _save_unlocked(self, strict: bool) -> None:
         now = time.time()
         with self._lock:
-            items = sorted(self.ledger.items(), key=lambda kv: kv[1].get("at", 0))
+            items = sorted(self.pager.ledger.items(), key=lambda kv: kv[1].get("at", 0))
             items = [(k, v) for k, v in items if now - v.get("at", now) < LEDGER_KEEP_SECONDS]
-            items = items[-LEDGER_MAX_ENTRIES:]
-            self.ledger = dict(items)
-            data = {"version": 1, "alerts": dict(self.ledger)}
+            self.pager.ledger = dict(items[-LEDGER_MAX_ENTRIES:])
+            data = {"version": 1, "alerts": dict(self.pager.ledger)}
         try:
             save_json(self.ledger_path, data)
         except OSError as e:
@@ -307,44 +293,46 @@ class Alerter:
         failed ``alerts.retry.attempts`` times is taken again."""
         with self._save_lock:  # check, add and write as one: two senders of one key page once
             with self._lock:
-                if key in self.ledger and self.ledger[key].get("status") != "failed":
+                ledger = self.pager.ledger
+                if key in ledger and ledger[key].get("status") != "failed":
                     self.metrics.alerts_dedup.labels(kind).inc()
                     log.info("page not sent", extra={"fields": {"kind": kind, "key": key,
                                                                  "reason": "already in the ledger"}})
                     return False
-                remaining = [i for i, t in enumerate(self.targets) if not t.tags or "always" in t.tags
-                             or t.tags & tags]
+                remaining = self._takers(tags)
                 if not remaining:
                     log.info("page not sent", extra={"fields": {"kind": kind, "key": key, "reason":
                                                                  f"no target takes the tags {sorted(tags)}"}})
                     return False
-                self.ledger[key] = {"status": "pending", "at": time.time(),
-                                    "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
-                                             "notify": notify}}
+                ledger[key] = {"status": "pending", "at": time.time(),
+                               "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
+                                        "notify": notify}}
             try:
-                self._save_locked(strict=True)
+                self._save(strict=True, locked=True)
             except OSError:
                 with self._lock:
-                    self.ledger.pop(key, None)
+                    self.pager.ledger.pop(key, None)
                 raise
-        # Not in self.pending (the reader thread's): delivery and its retries only.
-        self._work.put(Pending(key, kind, None, key, kind, title, body, first_seen=time.time(), due=0.0,
-                               notify=notify, remaining=remaining))
+        # Not in the pager's pending (the reader thread's): delivery and its retries only.
+        self._work.put(Pending(key, kind, None, key, kind, first_seen=time.time(), due=0.0,
+                               remaining=remaining, title=title, body=body, notify=notify))
         return True
+
+    def _takers(self, tags: frozenset) -> list[int]:
+        """Indexes of the targets that take a page with Apprise ``tags``."""
+        return [i for i, t in enumerate(self.targets) if not t.tags or "always" in t.tags or t.tags & tags]
 
     def _resume_pages(self) -> None:
         """Queue the pages of :meth:`page` a previous run left pending."""
         with self._lock:
-            left = [(k, self.ledger[k]["page"]) for k in self._left_pending
-                    if self.ledger.get(k, {}).get("status") == "pending"]
+            left = [(k, self.pager.ledger[k]["page"]) for k in self._left_pending
+                    if self.pager.ledger.get(k, {}).get("status") == "pending"]
             self._left_pending = []
         for key, pg in left:
             try:
-                tags = frozenset(pg.get("tags") or ())
-                p = Pending(key, str(pg["kind"]), None, key, str(pg["kind"]), str(pg["title"]), str(pg["body"]),
-                            first_seen=time.time(), due=0.0, notify=str(pg.get("notify") or "warning"),
-                            remaining=[i for i, t in enumerate(self.targets)
-                                       if not t.tags or "always" in t.tags or t.tags & tags])
+                p = Pending(key, str(pg["kind"]), None, key, str(pg["kind"]), first_seen=time.time(), due=0.0,
+                            remaining=self._takers(frozenset(pg.get("tags") or ())), title=str(pg["title"]),
+                            body=str(pg["body"]), notify=str(pg.get("notify") or "warning"))
             except (KeyError, TypeError):
                 log.warning("the alert ledger's pending page %s is damaged; dropped it", key)
                 continue
@@ -354,69 +342,15 @@ class Alerter:
 
     # -- reader thread -----------------------------------------------------
     def observe(self, transitions: list[Transition], now: float) -> None:
-        """Consider each transition for a page (see the module doc). Every
-        decision is logged by :meth:`_decided`."""
+        """Let the pager consider each transition (see :mod:`.pager`); the
+        ledger is saved at once when it changed (a pending page outlives a
+        crash)."""
         if not self.targets:
             return
-        changed = False
-        backfill = 0
-        for t in transitions:
-            st, s = t.new, t.session
-            kind = st.state
-            if self.pending:
-                self._supersede(s, st)
-            if kind not in KINDS:
-                continue
-            unit = unit_of(st)
-            if unit is None:
-                continue
-            if t.old.state == kind and unit_of(t.old) == unit:
-                continue  # another marker of the same turn (e.g. end_turn, then turn_duration)
-            key = alert_key(kind, s.provider, s.session_id, unit)
-            if key in self.pending:
-                continue
-            entry = self.ledger.get(key)
-            wanted = getattr(self.a.kinds, kind) and not s.hidden
-            if not st.live and (entry is None or entry.get("status") in ("sent", "seen")):
-                # Old at first sight (backfill): not news. Remember the turn, so
-                # that re-reading this history never pages it.
-                if entry is None and wanted:
-                    with self._lock:
-                        self.ledger[key] = {"status": "seen", "at": time.time()}
-                    changed = True
-                backfill += 1
-                self._decided(s, unit, kind, "backfill: read as history at start-up", level=logging.DEBUG)
-                continue
-            if not getattr(self.a.kinds, kind):
-                self._decided(s, unit, kind, f"kind off (alerts.kinds.{kind}: false)")
-                continue
-            if s.hidden:
-                self._decided(s, unit, kind, "subagent: a subagent rollout whose parent session is unknown")
-                continue
-            if entry is not None:
-                if entry.get("status") in ("sent", "seen"):
-                    self.metrics.alerts_dedup.labels(kind).inc()
-                    self._decided(s, unit, kind, "already sent" if entry.get("status") == "sent"
-                                  else "already seen (this turn was history at an earlier start)")
-                    continue
-                # pending at a crash or stop: deliver now that the state is confirmed
-            elif self.a.max_age_seconds and st.since is not None and now - st.since > self.a.max_age_seconds:
-                self._decided(s, unit, kind, f"older than alerts.max_age_seconds ({now - st.since:.0f} s > "
-                              f"{self.a.max_age_seconds:g} s)")
-                continue
-            title, body = self._message(s, st)
-            p = Pending(key, kind, s, unit, st.state, title, body, first_seen=now,
-                        due=now + self.a.settle_seconds, since=st.since, status=st)
-            self.pending[key] = p
-            log.debug("page pending for %g s (alerts.settle_seconds)", self.a.settle_seconds,
-                      extra={"fields": self._fields(s, unit, kind)})
-            with self._lock:
-                self.ledger[key] = {"status": "pending", "at": time.time(), "provider": s.provider,
-                                    "session_id": s.session_id}
-            changed = True
-        if backfill:
-            log.info("not paging %d turn end(s) read as history at start-up (backfill); "
-                     "--log.level debug names them", backfill)
+        with self._lock:
+            _made, dups, changed = self.pager.observe(transitions, now)
+        for kind in dups:
+            self.metrics.alerts_dedup.labels(kind).inc()
         if changed:
             self._save()
 
@@ -424,55 +358,36 @@ class Alerter:
         return {"kind": kind, "provider": s.provider, "session_id": s.session_id,
                 "project": project_label(s.cwd, self.cfg.metrics.project_label), "turn": unit}
 
-    def _decided(self, s: Session, unit: str | None, kind: str, why: str | None, level: int = logging.INFO,
-                 **evidence) -> None:
-        """Log one page decision: ``page sent`` (``why`` None) with its
-        evidence, or ``page not sent`` with the reason. Names provider,
-        session id, project label, kind and turn key (``unit``: the wait for
-        ``waiting``); never transcript text."""
-        fields = self._fields(s, unit, kind) if s is not None else {"kind": kind, "key": unit}
-        if why is None:
-            fields.update({k: v for k, v in evidence.items() if v is not None})
-        else:
-            fields["reason"] = why
-        log.log(level, "page sent" if why is None else "page not sent", extra={"fields": fields})
-
     def next_due_in(self) -> float:
         """Seconds until the next pending alert is due (for the reader loop)."""
-        dues = [p.due for p in list(self.pending.values()) if not p.remaining]
-        if not dues:
-            return 3600.0
-        return max(0.0, min(dues) - time.time())
+        with self._lock:
+            due = self.pager.next_due()
+        return 3600.0 if due is None else max(0.0, due - time.time())
 
     def tick(self, now: float) -> None:
-        """Hand due alerts whose session still shows that state to delivery;
-        drop superseded ones; queue due reminders."""
-        if self._remind:
-            self._reminders(now)
-        for key, p in list(self.pending.items()):
-            if p.due > now or p.remaining:
-                continue
-            cur = p.session.status
-            if (cur.state != p.state or unit_of(cur) != p.turn) and not self._stood(p, cur):
-                del self.pending[key]
-                with self._lock:
-                    self.ledger.pop(key, None)
-                self._decided(p.session, p.turn, p.kind,
-                              f"superseded within alerts.settle_seconds (now {cur.state})")
-                continue
-            if cur.state == p.state and unit_of(cur) == p.turn:
-                # what the settle time added: an error's kind from the transcript read after the hook
-                # (Claude Code 2.1.332: StopFailure server_error, then the envelope of a 529)
-                p.title, p.body = self._message(p.session, cur)
+        """Hand due pages and due reminders to delivery, each to the targets
+        that take its tag and within the session's page rate; a superseded
+        page was dropped by the pager."""
+        with self._lock:
+            pages = self.pager.due(now)
+            if self.pager.remind:
+                pages += self.pager.reminders(now)
+        for p in pages:
             tag = self.a.tags.get(p.kind, p.kind)
             p.remaining = [i for i, t in enumerate(self.targets) if t.wants(tag)]
             if not p.remaining:
-                del self.pending[key]
-                self._decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
+                with self._lock:
+                    self.pager.drop(p)
+                if not p.reminder:
+                    self.pager.decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
                 continue
             if not self._rate_ok(p, now):
-                del self.pending[key]
+                with self._lock:
+                    self.pager.drop(p)
                 continue
+            if p.reminder:
+                with self._lock:
+                    self.pager.pending[p.key] = p
             self._work.put(p)
 
     def _rate_ok(self, p: Pending, now: float) -> bool:
@@ -491,54 +406,14 @@ class Alerter:
         if len(times) >= limit:
             rates[key] = times
             self.metrics.alerts_rate_limited.labels(p.kind).inc()
-            with self._lock:
-                self.ledger.pop(p.key, None)
-            self._decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
-                          "(alerts.max_pages_per_session)", level=logging.WARNING)
+            if not p.reminder:
+                with self._lock:
+                    self.pager.ledger.pop(p.key, None)
+            self.pager.decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
+                               "(alerts.max_pages_per_session)", level=logging.WARNING)
             return False
         rates[key] = times + [now]
         return True
-
-    def _reminders(self, now: float) -> None:
-        """One reminder for a page whose session still shows the same state
-        and turn (or wait) ``alerts.remind_after_seconds`` after it was sent:
-        still waiting, or still your turn with no new prompt."""
-        with self._lock:
-            items = list(self._remind.items())
-        for key, (p, sent_at) in items:
-            cur = p.session.status
-            if cur.state != p.state or unit_of(cur) != p.turn:
-                with self._lock:
-                    self._remind.pop(key, None)
-                continue
-            if now - sent_at < self.a.remind_after_seconds:
-                continue
-            with self._lock:
-                self._remind.pop(key, None)
-            r = Pending("remind:" + key, p.kind, p.session, p.turn, p.state, "Reminder: " + p.title, p.body,
-                        first_seen=now, due=now, since=cur.since)
-            r.remaining = [i for i, t in enumerate(self.targets) if t.wants(self.a.tags.get(p.kind, p.kind))]
-            if r.remaining and self._rate_ok(r, now):
-                self.pending[r.key] = r
-                self._work.put(r)
-
-    def _supersede(self, s: Session, st) -> None:
-        """Note on ``s``'s pending pages the record time of the first state
-        that followed them (the next turn's start, when several states
-        passed in one read)."""
-        for p in self.pending.values():
-            if p.session is s and p.superseded is None and (st.state != p.state or unit_of(st) != p.turn):
-                p.superseded = st.since
-
-    def _stood(self, p: Pending, cur) -> bool:
-        """A completion or error superseded before it settled on our clock
-        still stood for the settle time in record time when what superseded
-        it was written at least ``settle_seconds`` later (a backlog read at
-        once, or a transcript appended faster than it was written)."""
-        after = p.superseded if p.superseded is not None else cur.since
-        if p.kind == "stalled" or p.since is None or after is None or unit_of(cur) == p.turn:
-            return False
-        return after - p.since >= self.a.settle_seconds
 
     # -- delivery thread ---------------------------------------------------
     def start(self) -> None:
@@ -566,11 +441,11 @@ class Alerter:
             if p.remaining:
                 p.attempt += 1
                 if p.attempt >= retry.attempts:
-                    self._decided(p.session, p.turn, p.kind,
-                                  f"delivery failed {p.attempt} times (alerts.retry.attempts)", level=logging.ERROR)
-                    self.pending.pop(p.key, None)
+                    self.pager.decided(p.session, p.turn, p.kind,
+                                       f"delivery failed {p.attempt} times (alerts.retry.attempts)",
+                                       level=logging.ERROR)
                     with self._lock:
-                        self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "failed", "at": time.time()}
+                        self.pager.failed(p, time.time())
                     self._save()
                     continue
                 delay = min(retry.max_backoff_seconds, retry.initial_backoff_seconds * 2 ** (p.attempt - 1))
@@ -584,10 +459,21 @@ class Alerter:
         tag = self.a.tags.get(p.kind, p.kind)
         notify_type = p.notify or (apprise.NotifyType.FAILURE if p.kind == "error" else (
             apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS))
+        if p.session is None:  # a page of :meth:`page`: its own text
+            st, title, body = None, p.title, p.body
+        else:
+            # The state now when it is still the one paged (what the settle time
+            # added: an error's kind from the transcript read after the hook;
+            # Claude Code 2.1.332: StopFailure server_error, then a 529's envelope).
+            cur = p.session.status
+            st = cur if cur.state == p.state and unit_of(cur) == p.turn else (p.status or cur)
+            title, body = self._message(p.session, st)
+            if p.reminder:
+                title = "Reminder: " + title
         still = []
         for i in p.remaining:
             target = self.targets[i]
-            res = target.apobj.notify(body=p.body, title=p.title, notify_type=notify_type,
+            res = target.apobj.notify(body=body, title=title, notify_type=notify_type,
                                       body_format=apprise.NotifyFormat.TEXT)
             if res:
                 continue
@@ -600,24 +486,20 @@ class Alerter:
             self.metrics.alerts.labels(p.kind).inc()
             self._last_sent = (now, p.kind)
             self.metrics.alert_latency.labels(p.kind).observe(max(0.0, now - p.first_seen))
-            self.pending.pop(p.key, None)
             with self._lock:
-                self.ledger[p.key] = {**self.ledger.get(p.key, {}), "status": "sent", "at": now}
-                self.ledger[p.key].pop("page", None)
-            self._save()
+                self.pager.sent(p, now)
+                if p.session is None:
+                    self.pager.ledger.get(p.key, {}).pop("page", None)
+            if not p.reminder:
+                self._save()
             if p.session is None:  # a page of :meth:`page`
-                self._decided(None, p.key, p.kind, None, latency_seconds=round(now - p.first_seen, 3))
+                log.info("page sent", extra={"fields": {"kind": p.kind, "key": p.key,
+                                                         "latency_seconds": round(now - p.first_seen, 3)}})
                 return
-            st = p.status or p.session.status
-            self._decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
-                          error_kind=st.error_kind, duration_seconds=None if st.duration is None
-                          else round(st.duration, 1), targets=sum(t.wants(tag) for t in self.targets),
-                          latency_seconds=round(now - p.first_seen, 3),
-                          reminder=True if p.key.startswith("remind:") else None)
-            if self.a.remind_after_seconds and p.kind in ("completed", "waiting") \
-                    and not p.key.startswith("remind:"):
-                with self._lock:
-                    self._remind[p.key] = (p, now)
+            self.pager.decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
+                               error_kind=st.error_kind, duration_seconds=None if st.duration is None
+                               else round(st.duration, 1), targets=sum(t.wants(tag) for t in self.targets),
+                               latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
 
     # -- message -----------------------------------------------------------
     def _message(self, s: Session, st) -> tuple[str, str]:

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     hook = sub.add_parser("hook", allow_abbrev=False,
                           help="deliver one agent hook event (JSON on stdin) to the exporter; always exits 0")
     _common(hook)
-    hook.add_argument("--agent", required=True, choices=list(PROVIDER_MODULES), help="the agent running the hook")
+    hook.add_argument("--agent", required=True,
+                      choices=[n for n, m in PROVIDER_MODULES.items() if hasattr(m, "project_hook")], help="the agent running the hook")
     hook.add_argument("--url", default=f"http://{DEFAULT_LISTEN}", metavar="URL",
                       help=f"the exporter's address, http(s)://[user:password@]host:port (default: http://{DEFAULT_LISTEN})")
     hook.add_argument("--timeout", type=float, default=2.0, metavar="SECONDS",
@@ -176,7 +177,7 @@ def _scan_hint(args, cfg) -> str:
     """Why a scan found no session, for the plain output."""
     from pathlib import Path
 
-    from .sources import walk_jsonl
+    from .roots import walk_jsonl
 
     files = []
     for p in map(Path, args.paths):
@@ -238,7 +239,7 @@ def _scan(args, cfg) -> int:
 
 def _check(cfg) -> int:
     from .alerts import describe_targets
-    from .sources import configured_roots, describe_root
+    from .roots import configured_roots, describe_root
     from .store import PROVIDER_MODULES
 
     for prov, root in configured_roots(cfg):
@@ -335,7 +336,7 @@ def _run(args, cfg) -> int:
     # larger part of the time to ready with a heavy history) begins in a
     # forked process now, while the rest is imported and set up.
     from .history import horizon, split_early
-    from .sources import configured_roots
+    from .roots import configured_roots
 
     early = split_early(configured_roots(cfg), horizon(cfg), time.time())
     try:

@@ -14,6 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .names import ALERT_KINDS
+
 
 class ConfigError(Exception):
     """A configuration problem; the message names the file and the key.
@@ -332,7 +334,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     if cfg.reducer.evaluation_interval_seconds <= 0:
         errors.append(f"{source}: reducer.evaluation_interval_seconds: must be greater than 0")
     for kind in cfg.alerts.tags:
-        if kind not in ("completed", "error", "stalled", "waiting"):
+        if kind not in ALERT_KINDS:
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
     errors += _fleet_errors(cfg, source)
     if errors:

@@ -1,4 +1,5 @@
-"""The long-running exporter: discovery + store + evaluation loop + alerts.
+"""The long-running exporter: the wiring (roots, file table, store, checkpoint,
+alerter) and the reader loop, plus the start-up plan and hook persistence.
 
 One worker thread owns the store: it reads queued paths (from watchdog
 events), polls every known file's stat every ``poll_interval_seconds``, walks
@@ -9,9 +10,6 @@ delivery runs in its own thread and never blocks reading.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-import errno
 import logging
 import os
 import stat
@@ -19,23 +17,22 @@ import threading
 import time
 from pathlib import Path
 
+from . import checkpoint
+from .checkpoint import Checkpoint
 from .config import Config
 from .discovery import ChangeQueue, Watcher
+from .files import FileTable, short_of_fds, stat_key
 from .history import HistoryIndex, horizon, split_start_up
-from .events import WAIT
-from .hooks import HookInbox, from_record, to_record
+from .hooklog import HookLog
+from .hooks import HookInbox, from_record
 from .metrics import Metrics
-from .persist import load_json, remove_leftovers, save_json
+from .names import OPEN_STATES
+from .roots import Roots, configured_roots, describe_root
 from .registry import Registry
 from .scan import make_store, read_start_up
-from .sources import WalkStats, configured_roots, describe_root, walk_jsonl
-from .store import Transition
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint.json"
-#: The files left as history (``HistoryIndex.save``), written with the checkpoint.
-HISTORY_FILE = "history-index.bin"
 CHECKPOINT_EVERY_SECONDS = 5.0
 #: Applied hook deliveries the checkpoint keeps per session (the newest:
 #: a later event decides the state; two waits in a row merge) and sessions
@@ -43,22 +40,7 @@ CHECKPOINT_EVERY_SECONDS = 5.0
 #: ``metrics.session_ttl_seconds``).
 HOOKS_KEPT_PER_SESSION = 3
 HOOK_SESSIONS_KEPT = 1000
-#: The poll walks the roots at most once per this many times the last
-#: walk's duration (1 % of a core; see Daemon._poll).
-WALK_COST_FACTOR = 100.0
 
-
-def _short_of_fds(f) -> bool:
-    """The last read of ``f`` failed for want of descriptors (EMFILE,
-    ENFILE): the file is fine, so it is tried again at the next poll instead
-    of waiting for its stat to change (issue 22)."""
-    return f.failing in (errno.EMFILE, errno.ENFILE)
-
-
-def _stat_key(st: os.stat_result) -> tuple:
-    """What must change before a file that could not be read is tried again
-    (a chmod changes ``st_ctime_ns``)."""
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode
 
 
 def _size(n: int) -> str:
@@ -67,12 +49,6 @@ def _size(n: int) -> str:
         if n >= div:
             return f"{n / div:.{2 if unit == 'GB' else 1}f} {unit}"
     return f"{n} B"
-
-
-def _valid_checkpoint(data: dict) -> bool:
-    files, open_ = data.get("files"), data.get("open", [])
-    return (isinstance(files, dict) and isinstance(open_, list)
-            and all(isinstance(v, list) and len(v) == 2 and all(type(x) is int for x in v) for v in files.values()))
 
 
 class Daemon:
@@ -89,46 +65,39 @@ class Daemon:
         self.metrics = metrics or Metrics()
         self.store = make_store(cfg, self.metrics)
         self.store.session_ttl = cfg.metrics.session_ttl_seconds
-        self.store.news = self._news  # before counting: carried-open sessions' endings are news
-        self.roots = configured_roots(cfg)
+        self.roots = Roots(configured_roots(cfg))
         self.alerter = alerter
+        # Turn ends whose page was decided but not sent when the last run
+        # ended: judged again however they are read (the ledger wrote
+        # "pending" before any checkpoint moved past their records).
+        self.store.owed = alerter.owed() if alerter is not None else {}
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
         #: Claude Code's session registry, stepped by the reader thread.
         self.registry = Registry.from_config(cfg, self.metrics, self.queue.put, self.roots)
-        #: Applied deliveries (:func:`hooks.to_record`), saved with the checkpoint
-        #: and applied again at the next start: a wait only a hook reported
-        #: outlives a restart.
-        self._hook_log: dict[tuple, collections.deque[dict]] = {}
-        self._hooks_version = 0
-        self.watcher = (Watcher(self.roots, self.queue, self._on_dir, cfg.sources.poll_interval_seconds)
+        #: Applied deliveries, saved with the checkpoint and applied again at
+        #: the next start: a wait only a hook reported outlives a restart.
+        self.hook_log = HookLog(HOOKS_KEPT_PER_SESSION, HOOK_SESSIONS_KEPT)
+        self._hook_log = self.hook_log.kept
+        #: The followed files: reads, the poll and the walk, the history index.
+        self.files = FileTable(self.store, self.roots, self.queue, self.metrics)
+        self.watcher = (Watcher(self.roots, self.queue, self.files.on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
+        self.files.watcher = self.watcher
         self.ready = threading.Event()
-        self._stop = threading.Event()
+        self._stop = self.files.stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._new_dirs: list[str] = []
-        self._dir_lock = threading.Lock()
-        self._missing: set[Path] = set()
-        self.checkpoint_path = cfg.resolved_state_dir() / CHECKPOINT_FILE
-        self.history_path = cfg.resolved_state_dir() / HISTORY_FILE
-        self._checkpoint: dict | None = None
-        self._saved: tuple = ({}, [], -1, 0)
-        #: Sessions the previous run saw still open (working/stalled) at its
-        #: last checkpoint: a turn end they reach now was never news to it.
-        self._carry: set[tuple[str, str]] = set()
+        self.checkpoint = Checkpoint(cfg.resolved_state_dir())
         self._backfilled = False  # the start-up scan ran to its end
-        self._denied: set[str] = set()  # folders that could not be listed at the last poll
-        self._unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
-        self._next_coverage = 0.0
-        self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
-        self._walk_reading = 0.0
-        self._folders: dict[str, int] = {}  # root → folders its last walk listed
-        #: Files the start-up scan left as history, followed from their end once they change.
-        self.history = HistoryIndex()
         self._prev_history: HistoryIndex | None = None  # the previous run's, from its checkpoint
         self._split = None  # the start-up walk in this process (when not forked), between its two results
         self._history_counted: dict[str, int] | None = None  # its first result's count of history files
+
+    @property
+    def history(self) -> HistoryIndex:
+        """The files the start-up scan left as history (:attr:`FileTable.history`)."""
+        return self.files.history
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -142,7 +111,7 @@ class Daemon:
                 log.info("reading %s transcripts under %s", prov, root)
             else:
                 log.info("waiting for %s folder %s (it %s)", prov, root, describe_root(prov, root))
-                self._missing.add(root)
+                self.files.missing.add(root)
         self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
         self._thread.start()
 
@@ -165,45 +134,14 @@ class Daemon:
         were still open, atomically; skipped when nothing changed (unless
         ``force``)."""
         offsets = self.store.offsets()
-        open_ = sorted(f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
-                       if not s.hidden and s.status.state in ("working", "stalled"))
-        open_ = sorted(set(open_) | {f"{p}\t{sid}" for p, sid in self._carry})
-        history = self.history.version
-        if (offsets, open_, history, self._hooks_version) == self._saved and not force:
-            return
+        open_ = {f"{s.provider}\t{s.session_id}" for s in list(self.store.sessions.values())
+                 if not s.hidden and s.status.state in OPEN_STATES}
+        open_ = sorted(open_ | {f"{p}\t{sid}" for p, sid in self.store.carry})
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
-        hooks = [r for kept in self._hook_log.values() for r in kept if not ttl or now - r["ts"] < ttl]
-        try:
-            if history != self._saved[2] or force:
-                self.history.save(self.history_path)  # first: the checkpoint says it is there
-            save_json(self.checkpoint_path, {"version": 1, "files": offsets, "open": open_,
-                                             "history": HISTORY_FILE, "hooks": hooks})
-            self._saved = (offsets, open_, history, self._hooks_version)
-        except OSError as e:
-            log.error("cannot write the checkpoint %s: %s", self.checkpoint_path, e.strerror or e)
-
-    def _news(self, transitions: list[Transition]) -> list[Transition]:
-        """A session the previous run left open (working, or an answer not yet
-        settled) whose turn ends now was never paged: its ending is news,
-        although the records deciding it were read before the restart."""
-        if not self._carry:
-            return transitions
-        out = []
-        for t in transitions:
-            key = (t.session.provider, t.session.session_id)
-            if key in self._carry and t.new.state not in ("working", "stalled", "unknown"):
-                self._carry.discard(key)
-                if not t.new.live and t.new.state in ("completed", "error"):
-                    t = Transition(t.session, t.old, dataclasses.replace(t.new, live=True))
-            out.append(t)
-        return out
+        self.checkpoint.save(offsets, open_, self.hook_log.records(ttl, now), self.history, force,
+                             self.hook_log.version)
 
     # -- worker ------------------------------------------------------------
-    def _on_dir(self, path: str) -> None:
-        with self._dir_lock:
-            self._new_dirs.append(path)
-        self.queue.wake()
-
     def _run(self) -> None:
         try:
             self._backfill()
@@ -221,7 +159,7 @@ class Daemon:
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:
-                self._poll(count=False)  # what was written before the watches were in place
+                self.files.poll(count=False)  # what was written before the watches were in place
                 self._evaluate()
             except Exception:  # pragma: no cover - keep following files whatever happens
                 log.exception("reader loop error; continuing")
@@ -236,12 +174,12 @@ class Daemon:
                 timeout = min(timeout, self.alerter.next_due_in())
             paths = self.queue.take(timeout)
             try:
-                self._drain_dirs()
+                self.files.drain_dirs()
                 for p in paths:
-                    self._read(p, live=True)
+                    self.files.read(p, live=True)
                 polled = False
                 if time.monotonic() >= next_poll:
-                    polled = self._poll()
+                    polled = self.files.poll()
                     self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds,
                                           cfg.hooks.max_body_bytes)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds
@@ -253,6 +191,7 @@ class Daemon:
                 if self.alerter is not None:
                     self.alerter.tick(time.time())
                 if time.monotonic() >= next_save:
+                    self._evaluate()  # every turn end read is judged (its page "pending") before the checkpoint passes it
                     self._save_checkpoint()
                     next_save = time.monotonic() + CHECKPOINT_EVERY_SECONDS
             except Exception:  # pragma: no cover - keep following files whatever happens
@@ -270,11 +209,16 @@ class Daemon:
         items = self.hooks.take()
         waits = False
         for d in items:
-            if not self._speaks_for(d):  # issue 22: a hook speaks only for a transcript on disk that it names
+            if d.transcript_path is None:
+                # Copilot CLI's hooks name no transcript: they join, by
+                # session_id, a session its transcript already told of.
+                s = self.store.apply_hook(d, may_create=False)
+            elif not self._speaks_for(d):  # issue 22: a hook speaks only for a transcript on disk that it names
                 self.metrics.hook_errors.labels("unknown_session").inc()
                 continue
-            self._read(d.transcript_path, live=True)
-            s = self.store.apply_hook(d, may_create=True)
+            else:
+                self.files.read(d.transcript_path, live=True)
+                s = self.store.apply_hook(d, may_create=True)
             if s is not None:
                 waits = self._keep_hook(s, d) or waits
         if waits:
@@ -300,20 +244,11 @@ class Daemon:
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""
-        return bool(path) and ".." not in Path(path).parts and self._root_of(path) is not None
+        return bool(path) and ".." not in Path(path).parts and self.roots.root_of(path) is not None
 
     def _keep_hook(self, s, d) -> bool:
-        """Keep an applied delivery ``d`` of session ``s`` for the checkpoint.
-        True when it is a wait or follows one (worth saving at once)."""
-        key = (s.provider, s.session_id)
-        kept = self._hook_log.pop(key, None) or collections.deque(maxlen=HOOKS_KEPT_PER_SESSION)
-        urgent = d.event.kind == WAIT or bool(kept) and kept[-1]["kind"] == WAIT
-        kept.append(to_record(d))
-        self._hook_log[key] = kept  # last in the order: the most recently hooked
-        if len(self._hook_log) > HOOK_SESSIONS_KEPT:
-            del self._hook_log[next(iter(self._hook_log))]
-        self._hooks_version += 1
-        return urgent
+        """Keep an applied delivery for the checkpoint (:meth:`HookLog.keep`)."""
+        return self.hook_log.keep(s, d)
 
     def _reapply_hooks(self, saved) -> None:
         """Apply again the hook deliveries the previous run saved (younger
@@ -354,19 +289,15 @@ class Daemon:
         checkpoint: same path and inode) are backfill; bytes after them were
         written while the exporter was down and are news."""
         started = time.monotonic()
-        cp = load_json(self.checkpoint_path, "checkpoint", _valid_checkpoint)
-        files_cp = cp.get("files")
-        self._checkpoint = files_cp if isinstance(files_cp, dict) else None
-        open_ = cp.get("open")
-        if isinstance(open_, list):
-            self._carry = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
-        if cp.get("history") == HISTORY_FILE and self._checkpoint is not None and horizon(self.cfg) < float("inf"):
+        cp = self.checkpoint
+        cp.load()
+        self.store.carry = set(cp.open)
+        if cp.has_history and horizon(self.cfg) < float("inf"):
             try:
-                self._prev_history = HistoryIndex.load(self.history_path)
+                self._prev_history = HistoryIndex.load(cp.history_path)
             except (OSError, ValueError) as e:
                 log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
-                            "down are read whole, as news", self.history_path, getattr(e, "strerror", None) or e)
-        remove_leftovers(self.history_path)  # an index save a crash interrupted
+                            "down are read whole, as news", cp.history_path, getattr(e, "strerror", None) or e)
         first = self.early_split.result(last=False) if self.early_split is not None else None
         if first is None:
             if self.early_split is not None and self._stop.is_set():
@@ -382,20 +313,20 @@ class Daemon:
         if self._prev_history is not None and self._prev_history.slots():
             files, resumed = self._resumed_history(files)
         total = len(files) + len(resumed)
-        until = {path: self._resume_offset(path) for path, *_ in files}
+        until = {path: checkpoint.until(cp.read_from(path)) for path, *_ in files}
         reading = time.monotonic()
         read_start_up(self.store, files, until, self.cfg, self._stop.is_set,
-                      lambda msg: log.info("start-up scan: %s", msg))
+                      lambda msg: log.info("start-up scan: %s", msg), news_from=cp.saved_at)
         for path, prov, root, st in resumed:
             if self._stop.is_set():
                 break
             self.store.skip(path, prov, root, st=st)
-            self._read(path, live=True)
+            self.files.read(path, live=True)
         self._prev_history = None
         if self._stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
-        self._reapply_hooks(cp.get("hooks"))
+        self._reapply_hooks(cp.hooks)
         reading = time.monotonic() - reading
         read = 0
         for path, *_ in files + resumed:
@@ -403,14 +334,14 @@ class Daemon:
             if f is None:
                 continue
             read += f.tailer.offset
-            if f.failing and not _short_of_fds(f):  # logged and counted once; tried again when its stat changes
+            if f.failing and not short_of_fds(f):  # logged and counted once; tried again when its stat changes
                 try:
-                    self._unreadable[path] = _stat_key(os.stat(path))
+                    self.files.unreadable[path] = stat_key(os.stat(path))
                 except OSError:
                     pass
         read -= sum(st[1] for path, _p, _r, st in resumed if path in self.store.files)  # skipped, not read
         transitions = self.store.evaluate()
-        self._carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
+        self.store.carry &= set(self.store.sessions)  # sessions whose files are gone are not waited for
         if self.alerter is not None:
             self.alerter.observe(transitions, time.time())
         self._history_counted = history_count
@@ -442,7 +373,7 @@ class Daemon:
         for prov, n in index.count.items():
             if n != counted.get(prov, 0):
                 self.store._watched(prov).inc(n - counted.get(prov, 0))
-        self.history = index
+        self.files.history = index
         return True
 
     def _split_here(self):
@@ -463,227 +394,11 @@ class Daemon:
         for item in files:
             path, prov, root, _size = item
             got = self._prev_history.get(path)
-            if got is not None and (self._checkpoint is None or path not in self._checkpoint) \
-                    and self._continues(path, got[1]):
+            if got is not None and not self.checkpoint.knows(path) and checkpoint.continues(path, got[1]):
                 resumed.append((path, prov, root, got[1]))
             else:
                 rest.append(item)
         return rest, resumed
-
-    def _continues(self, path: str, old: tuple) -> bool:
-        """True when ``path`` looks like the history file ``old`` (``(st_ino,
-        st_size, st_mtime_ns)`` when it was left as history) with bytes
-        appended: the same inode, not shorter, and a line end where it
-        ended (a file deleted and written again under the same name may get
-        the same inode number). An old file that ended inside a line fails
-        the last check and is read whole, as a new file."""
-        try:
-            st = os.stat(path)
-        except OSError:
-            return False
-        ino, size, _mtime = old
-        return st.st_ino == ino and st.st_size >= size and (size == 0 or self._line_end_at(path, size))
-
-    def _resume_offset(self, path: str) -> int | None:
-        """Where the previous run stopped reading ``path`` (None: the whole
-        file is backfill)."""
-        if self._checkpoint is None:
-            return None  # first run: everything is backfill
-        cp = self._checkpoint.get(path)
-        if cp is None:
-            return 0  # created while the exporter was down: news
-        if not (isinstance(cp, list) and len(cp) == 2):
-            return None
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        if cp[0] != st.st_ino or not isinstance(cp[1], int) or not 0 <= cp[1] <= st.st_size:
-            return None
-        if cp[1] and not self._line_end_at(path, cp[1]):
-            return None  # rewritten while the exporter was down: not where it stopped
-        return cp[1]
-
-    @staticmethod
-    def _line_end_at(path: str, offset: int) -> bool:
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset - 1)
-                return f.read(1) == b"\n"
-        except OSError:
-            return False
-
-    def _read(self, path: str, live: bool, until: int | None = None) -> None:
-        store = self.store
-        if path not in store.files:
-            hit = self._root_of(path)
-            if hit is None:
-                return
-            old = self.history.take(path)  # changed or deleted: no longer history
-            if old is not None:
-                store._watched(old[0]).dec()
-            if not os.path.isfile(path):
-                return
-            if old is not None and self._continues(path, old[1]):
-                # history until now: followed from where it ended
-                if store.skip(path, hit[0], hit[1], st=old[1]) is None:
-                    return
-            elif not store.track(path, hit[0], hit[1]):  # new, or another file under the old name
-                return
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            store.forget(path)
-            self._unreadable.pop(path, None)
-            return
-        except OSError:
-            st = None
-        key = _stat_key(st) if st is not None else None
-        if key is not None and self._unreadable.get(path) == key:
-            return  # failed with this very stat: logged and counted once; tried again when it changes
-        t = store.files[path].tailer
-        before = (t.inode, t.size, t.mtime_ns)
-        while store.refresh(path, live=live, until=until):
-            if self._stop.is_set():
-                return  # shutting down: the checkpoint says how far this got
-        f = store.files.get(path)
-        if f is None:
-            return
-        if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
-                and store.changed(path, st) and not _short_of_fds(f):
-            self._unreadable[path] = key  # the open failed (permissions, not a regular file, …)
-        elif self._unreadable.pop(path, None) is not None:
-            log.info("%s can be read again", path)
-
-    def _root_of(self, path: str):
-        for prov, root in self.roots:
-            try:
-                Path(path).relative_to(root)
-                return prov, root
-            except ValueError:
-                continue
-        return None
-
-    def _drain_dirs(self) -> None:
-        with self._dir_lock:
-            dirs, self._new_dirs = self._new_dirs, []
-        for d in dirs:
-            for p in walk_jsonl(Path(d)):
-                if p not in self.store.files:
-                    self._read(p, live=True)
-
-    def _poll(self, count: bool = True) -> bool:
-        """Stat every followed file, walk the roots for new files and changed
-        history files, recover what the watcher missed (counted, unless
-        ``count`` is false: before the watches were placed), drop files that
-        vanished. True when it read something (the caller then evaluates at
-        once).
-
-        The walk lists every folder and stats every history file: with a
-        heavy history that is most of the poll's cost, so it runs at most
-        once per ``WALK_COST_FACTOR`` times its own duration (a walk that
-        takes 0.3 s runs every 30 s or more: 1 % of a core), at every poll
-        for a small tree. File events find new and changed files at once
-        meanwhile; a root that appears is walked at the next poll."""
-        store, m = self.store, self.metrics
-        found = False
-        counting = self.watcher is not None and count
-        appeared = False
-        for prov, root in self.roots:
-            if not root.is_dir():
-                if root not in self._missing:
-                    log.warning("%s folder %s disappeared; waiting for it", prov, root)
-                    self._missing.add(root)
-            elif root in self._missing:
-                self._missing.discard(root)
-                log.info("%s folder %s appeared; reading it", prov, root)
-                appeared = True
-        now_m = time.monotonic()
-        if not count or appeared or now_m >= self._next_walk:
-            found = self._walk(counting)
-            # the walk's own cost: not the time spent reading the files it found (issue 22: a root swapped
-            # for a symlink and back was read whole in its walk, and walks then paused for minutes)
-            self._next_walk = now_m + max(0.0, time.monotonic() - now_m - self._walk_reading) * WALK_COST_FACTOR
-        for path in list(store.files):
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                store.forget(path)
-                self._unreadable.pop(path, None)
-                continue
-            except OSError:
-                continue
-            if store.changed(path, st) and not self.queue.pending(path):
-                if self._unreadable.get(path) == _stat_key(st):
-                    continue  # failed with this very stat: logged and counted once, retried when it changes
-                if counting and path not in self._unreadable:
-                    m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
-                self._read(path, live=True)
-                found = True
-        gone = store.expire()
-        if gone:
-            log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
-        if self.watcher is not None:
-            self.watcher.forget_missing()
-            self.watcher.ensure()
-            if time.monotonic() >= self._next_coverage:
-                self._next_coverage = time.monotonic() + 2.0
-                self.watcher.check_coverage(self._folders)
-        return found
-
-    def _walk(self, counting: bool) -> bool:
-        """The poll's walk of every root (see :meth:`_poll`): files not
-        followed yet are read (new ones from their start, history files that
-        changed from where they ended); history files no longer found are
-        forgotten. True when it read something."""
-        store, m, history = self.store, self.metrics, self.history
-        found = False
-        self._walk_reading = 0.0  # seconds spent reading found files (not the walk's own cost)
-        seen = bytearray(history.slots()) if len(history) else None
-        denied: dict[str, OSError] = {}
-        for prov, root in self.roots:
-            if root in self._missing:
-                continue  # its files are gone with it
-            stats = WalkStats()
-            for path in walk_jsonl(root, stats):
-                if path in store.files:
-                    continue
-                i = history.position(path) if seen is not None else -1
-                if i >= 0:  # a history file: read when its stat changed
-                    seen[i] = 1
-                    try:
-                        if history.unchanged(i, os.stat(path)):
-                            continue
-                    except OSError:
-                        continue
-                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root)):
-                    continue
-                if counting:
-                    m.poll_recoveries.labels(prov).inc()
-                began = time.monotonic()
-                self._read(path, live=True)
-                self._walk_reading += time.monotonic() - began
-                found = True
-            self._folders[str(root)] = stats.dirs
-            denied.update(stats.denied)
-        self._note_denied(denied)
-        if seen is not None and not denied:  # every folder listed: a history file not found is gone
-            for prov, n in history.drop_unseen(seen).items():
-                if n:
-                    store._watched(prov).dec(n)
-        return found
-
-    def _note_denied(self, denied: dict[str, OSError]) -> None:
-        """Say once when a folder cannot be listed (its transcripts are not
-        read), and when it can again."""
-        for d in sorted(set(denied) - self._denied):
-            e = denied[d]
-            log.warning("cannot list folder %s: %s; its transcripts are not read until it can be", d,
-                        e.strerror or e)
-        for d in sorted(self._denied - set(denied)):
-            if os.path.isdir(d):
-                log.info("folder %s can be listed again", d)
-        self._denied = set(denied)
 
     def _evaluate(self) -> None:
         transitions = self.store.evaluate()

@@ -118,10 +118,14 @@ class Event:
             (a ``Stop`` hook). Assistant output of the same turn that is
             flushed to the transcript after it does not reopen the turn;
             only a new prompt, tool work or a wait does.
-        replayed: the record is a copy of earlier history (a resumed Claude
-            session's file repeats the records of the session it resumed,
-            which still name that session): it moves the state like any
-            record but is never news, so it never pages.
+        foreign: the record names a session other than the one its file is
+            named for (Claude ``sessionId`` in a ``<uuid>.jsonl`` main file):
+            a resumed session's copy of earlier records, or a new file after
+            ``/clear`` that still carries the old id. :mod:`exporter.identity`
+            tells the two apart by the record's time.
+        replayed: never news, whatever the batch: a copy the provider
+            recognises itself (a Pi fork's copied parent entries) or a
+            registry record found so at start-up. It moves the state.
         source: the evidence source, when not the transcript: ``hook`` or
             ``registry`` (Claude Code's session registry); shown as the
             ``source`` that decided a session's state.
@@ -147,5 +151,6 @@ class Event:
     reason: str | None = None
     tool: str | None = None
     final: bool = False
+    foreign: bool = False
     replayed: bool = False
     source: str | None = None

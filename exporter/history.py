@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .providers import PROVIDER_MODULES
-from .sources import walk_jsonl
+from .roots import walk_jsonl
 from .workers import Forked
 
 _PROVIDERS = list(PROVIDER_MODULES)

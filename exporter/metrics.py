@@ -13,11 +13,11 @@ from prometheus_client.core import GaugeMetricFamily
 
 from . import __version__
 from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
+from .events import WAIT_REASONS
+from .names import ALERT_KINDS, ERROR_KINDS, EVIDENCE, STATES
 from .providers import PROVIDER_MODULES
-from .reducer import EVIDENCE, STATES
 
 PROVIDERS = tuple(PROVIDER_MODULES)
-ALERT_KINDS = ("completed", "error", "stalled", "waiting")
 #: Hook events counted by name (``hook_event_name``); any other name counts as ``other``.
 HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure",
                "PermissionDenied", "UserPromptSubmit", "Stop", "StopFailure", "SubagentStop", "SessionStart",
@@ -29,14 +29,11 @@ HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent"
 #: not allowed, DNS rebinding; ``origin``: a browser's cross-origin request).
 HTTP_REFUSED_REASONS = ("host", "origin")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
-USER_WAIT_REASONS = ("your_turn", "question", "plan", "permission", "elicitation", "worker_request",
-                     "sandbox_request", "goal_proposal")
+USER_WAIT_REASONS = ("your_turn",) + WAIT_REASONS
 #: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
 #: in it is in the ledger), ``malformed`` (400), ``too_large`` (413),
 #: ``unavailable`` (503: ledger not writable or no Apprise target; Alertmanager retries).
 ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable")
-ERROR_KINDS = ("rate_limit", "usage_limit", "overloaded", "auth", "billing", "api_error", "no_response",
-               "agent_exited")
 
 
 class Metrics:

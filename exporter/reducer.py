@@ -6,9 +6,9 @@ Rules, in order (see README "States and evidence"):
 2. Significant main-thread events are ordered by their own timestamps, file
    order breaking ties; the latest one decides the state. Duplicates are
    filtered before (by identity, per session) in the session store;
-   a Codex fork's replayed prefix is ``META`` from the provider; a resumed
-   Claude session's copied records move the state but are applied as
-   history (``replayed``: never news, never a page).
+   a Codex fork's replayed prefix is ``META`` from the provider; copies of
+   earlier history (``exporter.identity``) move the state but are applied as
+   history (never news, never a page).
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion.
 4. A provider error ends the turn as ``error``; an explicit completion that
@@ -49,10 +49,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
 from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
 
-STATES = ("working", "waiting", "completed", "error", "interrupted", "stalled", "unknown")
-EVIDENCE = ("explicit", "inferred")
 #: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
 #: lookup hashes the member (``Enum.__hash__``, Python code).
 _QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)
@@ -112,7 +111,7 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "owed")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -131,6 +130,10 @@ class SessionReducer:
         #: read (turns written while the exporter was down, a file copied in
         #: at once). The caller takes them (``SessionStore.evaluate``).
         self.passed: list[Status] = []
+        #: Turn keys whose end still owes a page (the ledger said "pending" at
+        #: start-up): kept in ``passed`` even when read as backfill, so that a
+        #: crash between the page's decision and its delivery loses nothing.
+        self.owed: frozenset = frozenset()
 
     @property
     def decided_at(self) -> float | None:
@@ -194,8 +197,8 @@ class SessionReducer:
 
     def _new_turn(self, ev: Event, ident_key, live: bool = False) -> None:
         last = self._last
-        ended = last is not None and self._last_live and (last.kind == COMPLETE or last.kind == ERROR
-                                                          and last.retry_in is None)
+        ended = last is not None and (self._last_live or self.turn in self.owed) and (
+            last.kind == COMPLETE or last.kind == ERROR and last.retry_in is None)
         if ended:
             self.passed.append(self.status(last.ts or 0.0, 0.0))  # (the time rules do not apply to these)
         if ev.turn_id:

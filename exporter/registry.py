@@ -373,7 +373,7 @@ class Registry:
         if s is None:
             return None
         for path in list(s.files):
-            daemon._read(path, live=True)
+            daemon.files.read(path, live=True)
         return s
 
     @staticmethod
@@ -392,7 +392,7 @@ class Registry:
 
         if history:
             ev.replayed = True  # found so at start-up: shown, never news
-            daemon._carry.discard((PROVIDER, s.session_id))
+            daemon.store.carry.discard((PROVIDER, s.session_id))
         ident = "registry:" + hashlib.blake2b(ident.encode(), digest_size=12).hexdigest()
         d = HookDelivery(PROVIDER, "registry", s.session_id, None, None, ev, ident)
         if daemon.store.apply_hook(d, may_create=False) is None:

@@ -24,7 +24,7 @@ from .config import Config
 from .decode import LineError, decode_line
 from .metrics import Metrics
 from .reducer import Timing
-from .sources import configured_roots
+from .roots import Roots, configured_roots, walk_jsonl
 from .store import PROVIDER_MODULES, SessionStore
 from .workers import fork_map, worker_count
 
@@ -69,68 +69,11 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
     )
 
 
-def _walk(top: Path):
-    """``(path, resolved path, size)`` of every ``*.jsonl`` file under
-    ``top`` (as ``sources.walk_jsonl``: no symlinked folders followed,
-    unreadable folders skipped). Resolved paths come from the walk itself:
-    a folder it enters is no symlink, so only symlinked files need a
-    ``realpath``."""
-    stack = [(str(top), os.path.realpath(top))]
-    while stack:
-        d, real = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                for e in it:
-                    try:
-                        if e.is_dir(follow_symlinks=False):
-                            stack.append((e.path, os.path.join(real, e.name)))
-                        elif e.name.endswith(".jsonl") and e.is_file():
-                            if e.is_symlink():
-                                yield e.path, os.path.realpath(e.path), os.stat(e.path).st_size
-                            else:
-                                yield e.path, os.path.join(real, e.name), e.stat().st_size
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-
-
-class _Roots:
-    """``sources.provider_for`` given the resolved path (no ``resolve()`` per
-    file): the same checks in the same order, ``Path.relative_to`` done as the
-    comparison of parts it is."""
-
-    def __init__(self, roots):
-        self.roots = []
-        for name, root in roots:
-            try:
-                real = root.resolve().parts
-            except OSError:
-                real = None
-            self.roots.append((name, root, root.parts, real))
-
-    @staticmethod
-    def _under(parts: tuple, root: tuple | None) -> bool:
-        if root is None:
-            return False
-        if not root:  # Path(".") holds every relative path
-            return not (parts and parts[0] == "/")
-        return parts[:len(root)] == root
-
-    def lookup(self, fp: str, resolved: str):
-        cands = (Path(fp).parts, Path(resolved).parts)
-        for name, root, parts, real in self.roots:
-            for c in cands:
-                if self._under(c, parts) or self._under(c, real):
-                    return name, root
-        return None
-
-
 def _discover(paths: list[str], cfg: Config, provider: str | None):
     """``(path, provider, root, size)`` of every file to read, in order.
     ``provider`` is ``None`` where only the records can tell (the reader
     sniffs them: in the worker, when there are workers)."""
-    lookup = _Roots(configured_roots(cfg)).lookup
+    lookup = Roots(configured_roots(cfg)).root_of
     files: list[tuple[str, str | None, Path, int]] = []
     for p in paths:
         path = Path(p).expanduser()
@@ -139,7 +82,7 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
         if path.is_file():
             found = [(str(path), os.path.realpath(path), path.stat().st_size)]
         else:
-            found = sorted(_walk(path))
+            found = sorted(walk_jsonl(path, resolved=True))
         base = path if path.is_dir() else path.parent
         for fp, resolved, size in found:
             prov, root = provider, base
@@ -151,14 +94,18 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
     return files
 
 
-def _read_files(store: SessionStore, files, progress=None, until: dict | None = None, stop=None) -> dict:
+def _read_files(store: SessionStore, files, progress=None, until: dict | None = None, stop=None,
+                news_from: float | None = None) -> dict:
     """Read ``files`` (in order) into ``store``; returns ``{session key:
     index in files of the first file that made it}``.
 
     ``until`` None: a one-shot scan (every byte, an unterminated last line
     too, nothing live). Else the daemon's start-up: ``until[path]`` is the
     offset up to which the bytes are backfill (missing or None: all of
-    them); the rest is news (``live``). ``stop()`` true ends the read early.
+    them); the rest is news (``live``). A file whose every byte is news
+    (``until[path] == 0``: made while the exporter was down) was born after
+    ``news_from`` (Unix seconds: the previous run's last checkpoint).
+    ``stop()`` true ends the read early.
     """
     start = time.monotonic()
     total = len(files)
@@ -170,7 +117,7 @@ def _read_files(store: SessionStore, files, progress=None, until: dict | None = 
         prov = prov or sniff_provider(fp)
         if prov is None:
             log.warning("%s: no records of a known agent found; skipped", fp)
-        elif store.track(fp, prov, root):
+        elif store.track(fp, prov, root, born=news_from if until is not None and until.get(fp) == 0 else None):
             if until is None:
                 tailer = store.files[fp].tailer
                 # until a read reaches the end (not one more to find nothing)
@@ -300,8 +247,22 @@ def _ago(seconds: float) -> str:
     return f"{seconds}s ago"
 
 
+def _copies_span(parts) -> bool:
+    """True when two start-up readers saw one record (same identity, same
+    record time): which of them is the copy, and so whether it is news,
+    only one store that saw both can say (``exporter.identity``)."""
+    union: dict = {}
+    for part in parts:
+        first = part[3].first
+        for k, v in first.items():
+            if k in union and union[k] == v:
+                return True
+        union.update(first)
+    return False
+
+
 def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=None, progress=None,
-                  workers: int | None = None) -> None:
+                  workers: int | None = None, news_from: float | None = None) -> None:
     """The daemon's start-up read: ``files`` (``(path, provider, root,
     size)``) into ``store``, backfill up to ``until[path]`` and news after
     it (see :func:`_read_files`), split over forked workers like a ``scan``
@@ -311,17 +272,21 @@ def read_start_up(store: SessionStore, files, until: dict, cfg: Config, stop=Non
     if n > 1 and len(files) > 1 and sum(f[3] for f in files) >= PARALLEL_MIN_BYTES:
         def work(shard, label):
             part = make_store(cfg)
-            _read_files(part, [files[i] for i in shard], label, until, stop)
+            part.owed = store.owed
+            _read_files(part, [files[i] for i in shard], label, until, stop, news_from)
             return sorted(set(part.sessions)), part.export()
 
         results = _fork(files, n, work, progress, stop)
+        if results is not None and _copies_span(results):
+            log.debug("a record copied between files of two reading workers; reading again in one process")
+            results = None
         if results is not None:
             for part in results:
                 store.adopt(part)
             return
         if stop is not None and stop():
             return
-    _read_files(store, files, progress, until, stop)
+    _read_files(store, files, progress, until, stop, news_from)
 
 
 def format_table(rows: list[dict], now: float) -> list[str]:

@@ -37,7 +37,7 @@ from importlib import resources
 import orjson
 
 from . import __version__
-from .reducer import STATES
+from .names import STATES
 from .store import PROVIDER_MODULES
 
 PAGE_FILE = "statuspage.html"

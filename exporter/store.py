@@ -8,39 +8,32 @@ routes files to sessions and counts.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from types import ModuleType
 
-import orjson
-
-from .decode import LineError, decode_line
-from .events import META, SESSION
+from . import ingest
+from .decode import decode_line
+from .events import SESSION
+from .identity import Identity
 from .metrics import Metrics
+from .names import OPEN_STATES
 from .providers import PROVIDER_MODULES
 from .reducer import SessionReducer, Status, Timing
 from .tailer import Tailer
 
 log = logging.getLogger(__name__)
 
-#: Longer (or unprintable) session ids are replaced by a digest in labels.
-MAX_ID_CHARS = 128
 #: Bytes of a history file's first line read when the provider names the
 #: session there (Codex ``session_meta``).
 HISTORY_HEAD_BYTES = 1 << 20
 
-
-
-def _line_key(session_id: str, line: bytes) -> str:
-    """The identity key of a record without an id: ``<session>:<blake2b-96
-    hex of the line>`` (it names the turns such records start)."""
-    return f"{session_id}:{hashlib.blake2b(line, digest_size=12).hexdigest()}"
 
 
 def _decided_by(reducer) -> str | None:
@@ -95,7 +88,7 @@ class Session:
 
 class _File:
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live", "head", "head_unread")
+                 "failing", "first_live", "head", "head_unread", "born")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -113,6 +106,10 @@ class _File:
         #: file was skipped as history.
         self.head = None
         self.head_unread = False  # skipped as history: the head is read at the first append
+        #: The file's first write as far as news goes (Unix seconds): when it
+        #: was first seen live, or the checkpoint's time for a file made while
+        #: the exporter was down; None for history and backfill (see identity).
+        self.born: float | None = None
 
     def __getstate__(self):  # a start-up reader process hands files back (scan.read_start_up)
         return {k: (self.provider.NAME if k == "provider" else getattr(self, k)) for k in self.__slots__}
@@ -154,21 +151,29 @@ class SessionStore:
         self.sessions: dict[tuple[str, str], Session] = {}
         self._lock = threading.Lock()
         self._dirty: set[tuple[str, str]] = set()
+        #: Sessions the previous run left open (working or stalled at its
+        #: last checkpoint): the turn end they reach now was never news to it,
+        #: so it is news, although its records may be read as backfill.
+        self.carry: set[tuple[str, str]] = set()
         #: Identities of the hook deliveries applied lately (a delivery made
         #: twice, e.g. posted and spooled, comes within minutes): bounded, so
         #: memory does not grow with hook traffic over a session's life.
         self._hook_idents: dict[str, None] = {}
-        #: Optional ``f(transitions) -> transitions`` applied before counting:
-        #: the daemon marks as news (``live``) the endings of sessions its
-        #: previous run left open.
-        self.news = None
         self._watched_gauges: dict = {}
+        #: ``{(provider, session id): turn keys}`` whose end still owes a page
+        #: (the page ledger's "pending" entries at start-up; see
+        #: ``SessionReducer.owed``).
+        self.owed: dict[tuple[str, str], frozenset] = {}
+        #: Record identities of every session (duplicates and copies).
+        self.identity = Identity()
 
     # -- files -------------------------------------------------------------
-    def track(self, path: str, provider: str, root: Path | None = None, role=False) -> bool:
+    def track(self, path: str, provider: str, root: Path | None = None, role=False,
+              born: float | None = None) -> bool:
         """Start following ``path`` for ``provider``. Returns False when the
         provider says the file is not a transcript. ``role``: what the
-        provider's ``classify_path`` said of it, when the caller knows."""
+        provider's ``classify_path`` said of it, when the caller knows;
+        ``born``: when its news begins (see :class:`_File`)."""
         if path in self.files:
             return True
         mod = PROVIDER_MODULES[provider]
@@ -177,7 +182,8 @@ class SessionStore:
         if role is None:
             return False
         sid, sidechain = role
-        self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        f = self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        f.born = born
         self._watched(provider).inc()
         return True
 
@@ -244,7 +250,8 @@ class SessionStore:
             s.files.discard(path)
             if not s.files:  # every file of the session is gone
                 with self._lock:
-                    self.sessions.pop((s.provider, s.session_id), None)
+                    if self.sessions.pop((s.provider, s.session_id), None) is not None:
+                        self.identity.forget(s.seen)
 
     def changed(self, path: str, st: os.stat_result) -> bool:
         """True when ``st`` differs from what the file's last read saw."""
@@ -306,164 +313,17 @@ class SessionStore:
                 self._dirty.add((s.provider, s.session_id))
         return res.bytes_read
 
+    # -- ingest (exporter.ingest) --------------------------------------------
     def _lines(self, f: _File, lines: list[bytes], live: bool) -> None:
-        """Apply complete ``lines`` of ``f`` in file order: decode, project,
-        bind to the session, deduplicate, reduce. Every byte read goes
-        through here, so it keeps to locals and tries the common case first
-        (``orjson`` gives a dict; anything else takes :func:`decode_line`,
-        which names the reason)."""
-        m = self.metrics
-        prov = f.provider.NAME
-        project = f.decoder.project
-        loads, bad_json = orjson.loads, orjson.JSONDecodeError
-        s = f.session
-        for line in lines:
-            try:
-                obj = loads(line)
-            except bad_json:
-                obj = None
-            if type(obj) is not dict:
-                try:
-                    obj = decode_line(line)
-                except LineError as e:
-                    m.parse_errors.labels(prov, e.reason).inc()
-                    if s is not None:
-                        s.counters.parse_errors += 1
-                        s.counters.lines += 1
-                    continue
-                if obj is None:
-                    m.skipped.labels(prov, "blank").inc()
-                    continue
-            try:
-                ev = project(obj)
-            except Exception:  # a shape the provider code did not foresee: count it, keep reading
-                log.debug("record of unexpected shape in %s", f.path, exc_info=True)
-                m.parse_errors.labels(prov, "unexpected_shape").inc()
-                if s is not None:
-                    s.counters.parse_errors += 1
-                continue
-            if ev is None:
-                continue
-            ts = ev.ts
-            if ts is None:
-                ev.ts = f.last_ts
-            elif f.last_ts is None or ts > f.last_ts:
-                f.last_ts = ts
-            kind = ev.kind
-            if kind == SESSION and f.head is None:
-                f.head = ev
-            if s is None:
-                s = self._bind(f, ev if f.head is None or kind == SESSION else f.head)
-            counters = s.counters
-            counters.lines += 1
-            if ev.cwd and not s.cwd:
-                s.cwd = ev.cwd
-            if kind == SESSION or kind == META:
-                s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
-                continue
-            ident = ev.ident
-            if ident is None:
-                # A record without an id (Codex): its bytes are its identity.
-                # Deduplication keeps their 64-bit hash; the digest that names
-                # a turn is made only when the record starts one.
-                ident = hash(line)
-                key = partial(_line_key, s.session_id, line)
-            else:
-                key = ident
-            if ident in s.seen:
-                m.duplicates.labels(prov).inc()
-                counters.duplicates += 1
-                continue
-            s.seen.add(ident)
-            s.seq += 1
-            counters.events += 1
-            s.reducer.apply(ev, s.seq, live and not ev.replayed, key)
-
-    def _bind(self, f: _File, ev) -> Session | None:
-        """Attach a file to its session once its first record is known."""
-        prov = f.provider.NAME
-        sid = f.name_sid
-        if ev.kind == SESSION:
-            if ev.subagent:
-                f.sidechain = True
-                f.decoder.sidechain_file = True
-                sid = ev.parent_id or ev.session_id or sid
-            else:
-                sid = ev.session_id or sid
-        elif f.sidechain and sid is None:
-            sid = ev.session_id  # 2.0.x sibling agent file: parent's sessionId
-        elif not f.sidechain and ev.sidechain and ev.session_id and ev.session_id != sid:
-            # A subagent file outside the usual layout (renamed, copied flat):
-            # its records are sidechain and name the parent session.
-            f.sidechain = True
-            f.decoder.sidechain_file = True
-            sid = ev.session_id
-        if sid is None:
-            sid = ev.session_id or Path(f.path).stem
-        s = self._session(prov, sid, hidden=f.sidechain)
-        if not f.sidechain:
-            s.hidden = False
-        if ev.cwd and not s.cwd:
-            s.cwd = ev.cwd
-        s.files.add(f.path)
-        f.session = s
-        return s
+        ingest.apply_lines(self, f, lines, live)
 
     def _session(self, provider: str, sid: str, hidden: bool = False) -> Session:
-        """The session ``(provider, sid)``, made when new."""
-        if len(sid) > MAX_ID_CHARS or not sid.isprintable():
-            # ids come from transcript or hook content and become label values: bound them
-            sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-        key = (provider, sid)
-        s = self.sessions.get(key)
-        if s is None:
-            s = Session(provider, sid, SessionReducer(self.timing))
-            s.hidden = hidden
-            self.sessions[key] = s
-        return s
+        return ingest.session(self, provider, sid, hidden)
 
-    # -- hooks -------------------------------------------------------------
     def apply_hook(self, d, may_create: bool = True) -> Session | None:
-        """Apply one :class:`~.hooks.HookDelivery` (news, unless its event is
-        ``replayed``; its ``source`` is ``hook``, ``registry`` for the session
-        registry's, saved ones included). It joins
-        its session by ``transcript_path`` (the file's session, a subagent
-        rollout's parent included), else by ``session_id``; a session no
-        transcript told of yet is made from the hook only when
-        ``may_create`` (its transcript lies under a watched root, so the
-        agent is about to write it); otherwise the delivery is counted as
-        ``unknown_session`` and dropped. Returns the session, or None when
-        the delivery changes no state."""
-        ev = d.event
+        """Apply one hook delivery: see :func:`exporter.ingest.apply_hook`."""
         with self._lock:
-            f = self.files.get(d.transcript_path) if d.transcript_path else None
-            s = f.session if f is not None else None
-            if s is None and d.session_id is not None:
-                s = self.sessions.get((d.provider, d.session_id))
-            if s is None and (d.session_id is None or not may_create):
-                self.metrics.hook_errors.labels("unknown_session").inc()
-                return None
-            if s is None:
-                s = self._session(d.provider, d.session_id)
-                s.hidden = False
-            if d.cwd and not s.cwd:
-                s.cwd = d.cwd
-            if ev is None:
-                return None
-            if d.ident in self._hook_idents:
-                self.metrics.duplicates.labels(d.provider).inc()
-                s.counters.duplicates += 1
-                return None
-            self._hook_idents[d.ident] = None
-            if len(self._hook_idents) > HOOK_IDENTS_KEPT:
-                del self._hook_idents[next(iter(self._hook_idents))]
-            s.seq += 1
-            s.counters.events += 1
-            s.last_write = max(s.last_write, ev.ts)
-            ev.source = ev.source or ("registry" if d.name == "registry" else "hook")
-            s.reducer.apply(ev, s.seq, not ev.replayed, f"{s.session_id}:{d.ident}")
-            self._dirty.add((s.provider, s.session_id))
-        return s
+            return ingest.apply_hook(self, d, may_create)
 
     # -- evaluation --------------------------------------------------------
     def evaluate(self, now: float | None = None) -> list[Transition]:
@@ -477,7 +337,7 @@ class SessionStore:
             keys = set(self._dirty)
             self._dirty.clear()
             for key, s in self.sessions.items():
-                if s.status.state in ("working", "stalled"):
+                if s.status.state in OPEN_STATES:
                     keys.add(key)
             for key in keys:
                 s = self.sessions.get(key)
@@ -494,13 +354,26 @@ class SessionStore:
                     continue
                 s.status = new
                 out.append(Transition(s, old, new))
-            if self.news is not None:
-                out = self.news(out)
+            if self.carry:
+                out = self._carried(out)
             for t in out:
                 self._count(t.session, t.new)
                 self._waited(t.session, t.old, t.new)
                 if log.isEnabledFor(logging.DEBUG) and (t.old.state, t.old.turn) != (t.new.state, t.new.turn):
                     self._log_transition(t)
+        return out
+
+    def _carried(self, transitions: list[Transition]) -> list[Transition]:
+        """The first ending of each carried-open session (see ``carry``) as
+        news."""
+        out = []
+        for t in transitions:
+            key = (t.session.provider, t.session.session_id)
+            if key in self.carry and t.new.state not in ("working", "stalled", "unknown"):
+                self.carry.discard(key)
+                if not t.new.live and t.new.state in ("completed", "error"):
+                    t = Transition(t.session, t.old, dataclasses.replace(t.new, live=True))
+            out.append(t)
         return out
 
     @staticmethod
@@ -566,6 +439,7 @@ class SessionStore:
             old = [k for k, s in self.sessions.items() if now - s.last_write > self.session_ttl]
             for key in old:
                 s = self.sessions.pop(key)
+                self.identity.forget(s.seen)
                 for path in s.files:
                     f = self.files.get(path)
                     if f is not None and f.session is s:
@@ -630,13 +504,14 @@ class SessionStore:
             for fam in getattr(self.metrics, name).collect():
                 counts += [(name, smp.labels, smp.value) for smp in fam.samples
                            if smp.name.endswith("_total") and smp.value]
-        return self.files, self.sessions, counts
+        return self.files, self.sessions, counts, self.identity
 
     def adopt(self, part: tuple) -> None:
         """Take over the files, sessions and counts of :meth:`export` (of a
         store that read other files than this one)."""
-        files, sessions, counts = part
+        files, sessions, counts, identity = part
         with self._lock:
+            self.identity.merge(identity)
             for path, f in files.items():
                 self.files[path] = f
                 self._watched(f.provider.NAME).inc()

@@ -46,7 +46,8 @@ def test_parallel_scan_falls_back_when_a_session_spans_workers(tmp_path, monkeyp
     root = _layout(tmp_path)
     at = time.time() + 3600
     # a subagent file away from its session's main file
-    sub = next(root.rglob("subagents/*.jsonl"))
+    sub = next(p for p in sorted(root.rglob("subagents/*.jsonl"))
+               if p.parent.parent.with_suffix(".jsonl").exists())  # its session's main file is there
     monkeypatch.setattr(scan_mod, "_group_key", lambda fp, prov: "sub" if fp == str(sub) else "rest")
     one, _ = scan_mod.scan([str(root)], Config(), at=at, workers=1)
     monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)

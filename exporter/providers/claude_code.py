@@ -48,6 +48,7 @@ from pathlib import Path
 import orjson
 
 from ..decode import parse_timestamp
+from ..names import STOP_FAILURE_KINDS
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
 
 NAME = "claude_code"
@@ -214,8 +215,9 @@ class FileDecoder:
 
     ``sidechain_file`` marks every record of a subagent file as sidechain.
     ``file_session``: the session the file is named for; records of a main
-    file that name another (UUID) session are copies a resumed session made
-    of earlier history: they set the state, but are never news (``replayed``). Keeps the start time of the current
+    file that name another (UUID) session are marked ``foreign`` (a resumed
+    session's copies, or a file after ``/clear`` still carrying the old id;
+    ``exporter.identity`` tells which from their time). Keeps the start time of the current
     main-thread turn so that an assistant text line can say whether a
     ``turn_duration`` record will still follow.
     """
@@ -236,7 +238,7 @@ class FileDecoder:
                    session_id=sid if isinstance(sid, str) else None, cwd=cwd if isinstance(cwd, str) else None)
         if (self._file_session and ev.session_id and ev.session_id != self._file_session
                 and not self.sidechain_file and not ev.sidechain):
-            ev.replayed = True  # a resumed (or renamed) session's copy of earlier records: history
+            ev.foreign = True  # a resumed session's copy, or a new file under the old id
         if rtype == "assistant":
             self._assistant(obj, ev)
         elif rtype == "progress":
@@ -381,9 +383,7 @@ class FileDecoder:
 
 # -- hooks -------------------------------------------------------------------
 #: ``StopFailure`` ``error`` values (Claude Code hooks reference) → error kinds.
-_STOP_FAILURE_KINDS = {"rate_limit": "rate_limit", "authentication_failed": "auth", "billing_error": "billing",
-                       "overloaded": "overloaded", "server_error": "api_error", "invalid_request": "api_error",
-                       "max_output_tokens": "api_error"}
+_STOP_FAILURE_KINDS = STOP_FAILURE_KINDS
 #: ``Notification`` ``notification_type`` values that mean the user must act.
 _NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
 

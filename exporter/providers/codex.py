@@ -38,6 +38,7 @@ import re
 from pathlib import Path
 
 from ..decode import LineError, decode_line, parse_timestamp
+from ..names import STOP_FAILURE_KINDS
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
 
 NAME = "codex"
@@ -333,8 +334,7 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         err = obj.get("error")
         err = err if isinstance(err, str) else ""
         ev.kind, ev.detail = ERROR, name
-        ev.error_kind = {"rate_limit": "rate_limit", "overloaded": "overloaded", "authentication_failed": "auth",
-                         "billing_error": "billing"}.get(err, "api_error")
+        ev.error_kind = STOP_FAILURE_KINDS.get(err, "api_error")
     elif name == "SessionEnd":
         ev.kind = END
     else:

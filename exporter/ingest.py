@@ -1,0 +1,205 @@
+"""The one ingest path: decode → provider projection → session binding →
+identity and dedup → ``SessionReducer.apply``, for transcript lines and hook
+deliveries alike. Whether a record is news is decided here, once, from the
+batch's ``live`` (:mod:`exporter.checkpoint`: where reading started) and the
+record's identity (:mod:`exporter.identity`: a copy is never news), and
+travels with it into the reducer; nothing later rewrites it (a turn end the
+page ledger still owes is kept by the reducer: ``SessionReducer.owed``).
+
+Functions of the :class:`~.store.SessionStore` whose state they change (its
+files, sessions and identities); the store calls them under its lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from functools import partial
+from pathlib import Path
+
+import orjson
+
+from .decode import LineError, decode_line
+from .events import META, SESSION
+from .identity import COPY, DUPLICATE
+from . import store as _store  # Session (a module still importing when this one is)
+from .reducer import SessionReducer
+
+log = logging.getLogger("exporter.store")
+
+#: Longer (or unprintable) session ids are replaced by a digest in labels.
+MAX_ID_CHARS = 128
+
+
+def _line_key(session_id: str, line: bytes) -> str:
+    """The identity key of a record without an id: ``<session>:<blake2b-96
+    hex of the line>`` (it names the turns such records start)."""
+    return f"{session_id}:{hashlib.blake2b(line, digest_size=12).hexdigest()}"
+
+
+def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
+    """Apply complete ``lines`` of ``f`` in file order: decode, project,
+    bind to the session, deduplicate, reduce. Every byte read goes
+    through here, so it keeps to locals and tries the common case first
+    (``orjson`` gives a dict; anything else takes :func:`decode_line`,
+    which names the reason)."""
+    m = store.metrics
+    prov = f.provider.NAME
+    project = f.decoder.project
+    loads, bad_json = orjson.loads, orjson.JSONDecodeError
+    s = f.session
+    judge, born = store.identity.judge, f.born
+    for line in lines:
+        try:
+            obj = loads(line)
+        except bad_json:
+            obj = None
+        if type(obj) is not dict:
+            try:
+                obj = decode_line(line)
+            except LineError as e:
+                m.parse_errors.labels(prov, e.reason).inc()
+                if s is not None:
+                    s.counters.parse_errors += 1
+                    s.counters.lines += 1
+                continue
+            if obj is None:
+                m.skipped.labels(prov, "blank").inc()
+                continue
+        try:
+            ev = project(obj)
+        except Exception:  # a shape the provider code did not foresee: count it, keep reading
+            log.debug("record of unexpected shape in %s", f.path, exc_info=True)
+            m.parse_errors.labels(prov, "unexpected_shape").inc()
+            if s is not None:
+                s.counters.parse_errors += 1
+            continue
+        if ev is None:
+            continue
+        ts = ev.ts
+        if ts is None:
+            ev.ts = f.last_ts
+        elif f.last_ts is None or ts > f.last_ts:
+            f.last_ts = ts
+        kind = ev.kind
+        if kind == SESSION and f.head is None:
+            f.head = ev
+        if s is None:
+            s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
+        counters = s.counters
+        counters.lines += 1
+        if ev.cwd and not s.cwd:
+            s.cwd = ev.cwd
+        if kind == SESSION or kind == META:
+            s.reducer.apply(ev, s.seq, live)  # keeps last_event_at
+            continue
+        ident = ev.ident
+        if ident is None:
+            # A record without an id (Codex): its bytes are its identity.
+            # Deduplication keeps their 64-bit hash; the digest that names
+            # a turn is made only when the record starts one.
+            ident = hash(line)
+            key = partial(_line_key, s.session_id, line)
+        else:
+            key = ident
+        said = judge(s.seen, ident, ev.ts, ev.foreign, born)
+        if said == DUPLICATE:
+            m.duplicates.labels(prov).inc()
+            counters.duplicates += 1
+            continue
+        s.seq += 1
+        counters.events += 1
+        s.reducer.apply(ev, s.seq, live and said != COPY and not ev.replayed, key)
+
+
+def bind(store, f, ev):
+    """Attach a file to its session once its first record is known."""
+    prov = f.provider.NAME
+    sid = f.name_sid
+    if ev.kind == SESSION:
+        if ev.subagent:
+            f.sidechain = True
+            f.decoder.sidechain_file = True
+            sid = ev.parent_id or ev.session_id or sid
+        else:
+            sid = ev.session_id or sid
+    elif f.sidechain and sid is None:
+        sid = ev.session_id  # 2.0.x sibling agent file: parent's sessionId
+    elif not f.sidechain and ev.sidechain and ev.session_id and ev.session_id != sid:
+        # A subagent file outside the usual layout (renamed, copied flat):
+        # its records are sidechain and name the parent session.
+        f.sidechain = True
+        f.decoder.sidechain_file = True
+        sid = ev.session_id
+    if sid is None:
+        sid = ev.session_id or Path(f.path).stem
+    s = session(store, prov, sid, hidden=f.sidechain)
+    if not f.sidechain:
+        s.hidden = False
+    if ev.cwd and not s.cwd:
+        s.cwd = ev.cwd
+    s.files.add(f.path)
+    f.session = s
+    return s
+
+
+def session(store, provider: str, sid: str, hidden: bool = False):
+    """The session ``(provider, sid)``, made when new."""
+    if len(sid) > MAX_ID_CHARS or not sid.isprintable():
+        # ids come from transcript or hook content and become label values: bound them
+        sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    key = (provider, sid)
+    s = store.sessions.get(key)
+    if s is None:
+        s = _store.Session(provider, sid, SessionReducer(store.timing))
+        s.reducer.owed = store.owed.get(key, s.reducer.owed)
+        s.hidden = hidden
+        store.sessions[key] = s
+    return s
+
+
+def apply_hook(store, d, may_create: bool = True):
+    """Apply one :class:`~.hooks.HookDelivery` (news, unless its event is
+    ``replayed``: the session registry's records found so at start-up; its
+    ``source`` is ``hook``, or ``registry`` for the registry's). It joins
+    its session by ``transcript_path`` (the file's session, a subagent
+    rollout's parent included), else by ``session_id``; a session no
+    transcript told of yet is made from the hook only when
+    ``may_create`` (its transcript lies under a watched root, so the
+    agent is about to write it); otherwise the delivery is counted as
+    ``unknown_session`` and dropped. Returns the session, or None when
+    the delivery changes no state. The caller holds the store's lock."""
+    ev = d.event
+    f = store.files.get(d.transcript_path) if d.transcript_path else None
+    s = f.session if f is not None else None
+    if s is None and d.session_id is not None:
+        s = store.sessions.get((d.provider, d.session_id))
+    if s is None and (d.session_id is None or not may_create):
+        store.metrics.hook_errors.labels("unknown_session").inc()
+        return None
+    if s is None:
+        s = session(store, d.provider, d.session_id)
+        s.hidden = False
+    if d.cwd and not s.cwd:
+        s.cwd = d.cwd
+    if ev is None:
+        return None
+    # A delivery made twice (posted and spooled, saved and applied again)
+    # comes within minutes: its identity is kept in one bounded window for
+    # all sessions, so memory does not grow with hook traffic.
+    idents = store._hook_idents
+    if d.ident in idents:
+        store.metrics.duplicates.labels(d.provider).inc()
+        s.counters.duplicates += 1
+        return None
+    idents[d.ident] = None
+    if len(idents) > _store.HOOK_IDENTS_KEPT:
+        del idents[next(iter(idents))]
+    s.seq += 1
+    s.counters.events += 1
+    s.last_write = max(s.last_write, ev.ts)
+    ev.source = ev.source or ("registry" if d.name == "registry" else "hook")
+    s.reducer.apply(ev, s.seq, not ev.replayed, f"{s.session_id}:{d.ident}")
+    store._dirty.add((s.provider, s.session_id))
+    return s
+

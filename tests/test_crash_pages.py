@@ -1,0 +1,199 @@
+"""A page a crash kept from being sent is sent, exactly once (issue 19).
+
+Whether a turn end still owes a page survives any kill -9: the page ledger
+says "pending" before the checkpoint moves past the turn end's record, and
+the next start judges that turn end again even when a later turn, read in
+the same piece, has superseded it (record time decides: it stood for the
+settle time).
+
+- The sequence that lost the page every time: a prompt and a tool call;
+  kill -9; the turn ends while the exporter is down; start; kill -9 again
+  0.5 s after ready, inside ``alerts.settle_seconds``; the next prompt,
+  written while it is down, past the settle time in record time; start
+  again: one page. For both agents.
+- A bounded random kill -9 loop over sessions of both agents whose turns
+  end explicitly and stay the state for the settle time in record time:
+  every turn end pages exactly once, wherever the kills fall (also right
+  after ready and inside settle). Short by default; ``CAE_SLOW=1`` runs
+  more rounds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import claude_path, codex_path
+from test_hardening_support import SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, wait_for, write
+
+SETTLE = 2.0
+CONFIG = {"alerts": {"settle_seconds": SETTLE}}
+
+
+def _session(root: Path, agent: str, sid_tail: str):
+    if agent == "claude_code":
+        s = ClaudeSession(f"c0de0019-0000-4000-8000-{sid_tail}")
+        return s, claude_path(root, s.sid)
+    s = CodexSession(f"0196c0de-0019-7000-8000-{sid_tail}")
+    path = codex_path(root, s.sid)
+    write(path, s.meta())
+    return s, path
+
+
+@pytest.mark.parametrize("agent", ["claude_code", "codex"])
+def test_kill9_inside_settle_then_next_prompt_while_down_pages_once(tmp_path, agent):
+    receiver = Receiver()
+    s, path = _session(tmp_path, agent, "000000000019")
+    exp = Daemon(tmp_path, receiver=receiver, config=CONFIG).start()
+    try:
+        # 1. a prompt and a tool call; kill -9
+        write(path, s.prompt() + s.tool_use() if agent == "claude_code" else s.start() + s.call())
+        exp.wait_state(s.sid, "working")
+        checkpoint = tmp_path / "state" / "checkpoint.json"
+        wait_for(lambda: checkpoint.is_file() and str(path) in checkpoint.read_text(), timeout=10,
+                 what="a checkpoint with the file read up to the tool call")
+        exp.kill9()
+        # 2. while down: the tool result, the answer and the turn's end
+        if agent == "claude_code":
+            write(path, s.tool_result() + s.text("done", stop="end_turn") + s.turn_duration())
+        else:
+            write(path, s.answer() + s.complete())
+        ended = time.time()
+        # 3. start; 0.5 s after ready, inside the settle time, kill -9 again
+        exp.start()
+        time.sleep(0.5)
+        exp.kill9()
+        assert receiver.messages == []  # it was still settling
+        # 4. past the settle time in record time, the next prompt, while down
+        time.sleep(max(0.0, ended + 2 * SETTLE - time.time()))
+        write(path, s.prompt() if agent == "claude_code" else s.start())
+        # 5. start again: the turn end pages, once
+        exp.start()
+        wait_for(lambda: len(alerts_for(receiver, s.sid, "completed")) >= 1, timeout=10,
+                 what="the page the kill kept from being sent")
+        time.sleep(SETTLE + 1.0)
+        assert len(receiver.messages) == 1, receiver.messages
+        exp.wait_state(s.sid, "working")
+        # and a further restart repeats nothing
+        exp.kill9()
+        exp.start()
+        time.sleep(SETTLE + 1.0)
+        assert len(receiver.messages) == 1, receiver.messages
+    finally:
+        exp.stop()
+        receiver.close()
+
+
+class Writer(threading.Thread):
+    """Turns of both agents at agent-like pace, each ended explicitly
+    (completion or error) and left the state for ``hold`` seconds of record
+    time before the next prompt, whether the exporter is up or not. Records
+    what each session owes (its turn ends)."""
+
+    def __init__(self, root: Path, n: int, seed: int, hold: float):
+        super().__init__(daemon=True)
+        self.rng = random.Random(seed)
+        self.hold = hold
+        self.stop_flag = threading.Event()
+        self.sessions = []
+        for i in range(n):
+            agent = "claude_code" if i % 2 == 0 else "codex"
+            s, path = _session(root, agent, f"{seed:06d}{i:06d}")
+            self.sessions.append((agent, s, path))
+        self.owed = {s.sid: {"completed": 0, "error": 0} for _a, s, _p in self.sessions}
+        self.final: dict[str, str] = {}
+        self.lock = threading.Lock()
+
+    def run(self):
+        threads = [threading.Thread(target=self._turns, args=(i,), daemon=True) for i in range(len(self.sessions))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _turns(self, i: int):
+        agent, s, path = self.sessions[i]
+        rng = random.Random(self.rng.random())
+        time.sleep(rng.uniform(0, 1))
+        while not self.stop_flag.is_set():
+            if agent == "claude_code":
+                write(path, s.prompt())
+                for _ in range(rng.randrange(1, 3)):
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    write(path, s.tool_use())
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    write(path, s.tool_result())
+                time.sleep(rng.uniform(0.05, 0.3))
+                if rng.random() < 0.8:
+                    write(path, s.text("done", stop="end_turn") + s.turn_duration())
+                    kind = "completed"
+                else:
+                    write(path, s.api_error())
+                    kind = "error"
+            else:
+                write(path, s.start())
+                for _ in range(rng.randrange(1, 3)):
+                    time.sleep(rng.uniform(0.05, 0.3))
+                    write(path, s.call())
+                time.sleep(rng.uniform(0.05, 0.3))
+                if rng.random() < 0.8:
+                    write(path, s.answer() + s.complete())
+                    kind = "completed"
+                else:
+                    write(path, s.error())
+                    kind = "error"
+            with self.lock:
+                self.owed[s.sid][kind] += 1
+                self.final[s.sid] = kind
+            time.sleep(self.hold + rng.uniform(0, 1.0))
+
+
+@pytest.mark.timeout(1200 if SLOW else 240)
+def test_kill9_random_loop_every_turn_end_pages_once(tmp_path):
+    rounds = 30 if SLOW else 6
+    seed = int(os.environ.get("CAE_SEED", "19"))
+    rng = random.Random(seed)
+    receiver = Receiver()
+    (tmp_path / "claude" / "projects").mkdir(parents=True)
+    (tmp_path / "codex" / "sessions").mkdir(parents=True)
+    writer = Writer(tmp_path, n=4, seed=seed, hold=SETTLE + 0.5)
+    exp = Daemon(tmp_path, receiver=receiver, config=CONFIG).start()
+    writer.start()
+    try:
+        for _ in range(rounds):
+            # up for a while (sometimes only inside settle), then down for a while
+            time.sleep(rng.choice((rng.uniform(0.1, 0.8), rng.uniform(0.5, 4.0))))
+            exp.kill9()
+            time.sleep(rng.uniform(0, 3.0))
+            exp.start()
+        writer.stop_flag.set()
+        writer.join(timeout=60)
+        assert not writer.is_alive()
+        for _a, s, _p in writer.sessions:
+            exp.wait_state(s.sid, writer.final[s.sid], timeout=15)
+
+        def paged():
+            return all(len(alerts_for(receiver, sid, k)) >= n for sid, owed in writer.owed.items()
+                       for k, n in owed.items())
+        try:
+            wait_for(paged, timeout=15, what="every owed page")
+        except AssertionError:
+            pass  # the comparison below says which
+        time.sleep(SETTLE)
+        problems = [f"{sid} {kind}: owed {n}, got {len(alerts_for(receiver, sid, kind))}"
+                    for sid, owed in writer.owed.items() for kind, n in owed.items()
+                    if len(alerts_for(receiver, sid, kind)) != n]
+        total = sum(n for owed in writer.owed.values() for n in owed.values())
+        print(f"\nkill -9 rounds: {rounds}; turn ends: {total}; pages: {len(receiver.messages)}")
+        assert not problems, problems
+        assert len(receiver.messages) == total
+        assert total >= 2 * len(writer.sessions)
+    finally:
+        writer.stop_flag.set()
+        exp.stop()
+        receiver.close()
