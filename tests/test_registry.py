@@ -381,7 +381,8 @@ def test_hook_and_registry_report_one_wait(env, tmp_path):
             "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
     import urllib.request
     urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code",
-                                                  data=json.dumps(body).encode(), method="POST"), timeout=5)
+                                                  data=json.dumps(body).encode(), method="POST",
+                                                  headers=exp.hook_headers()), timeout=5)
     exp.wait_state(sid, "waiting")
     assert api_row(exp, sid)["source"] == "hook"
     a.write("waiting", "permission prompt")  # the same prompt, seen by the registry
@@ -658,7 +659,8 @@ def test_a_wait_both_reported_pages_once_across_a_restart(tmp_path):
         body = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
                 "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code",
-                                                      data=json.dumps(body).encode(), method="POST"), timeout=5)
+                                                      data=json.dumps(body).encode(), method="POST",
+                                                  headers=exp.hook_headers()), timeout=5)
         wait_for(lambda: len(alerts_for(receiver, sid)) == 1, what="the waiting page")
         time.sleep(5.5)  # a periodic checkpoint
         exp.stop()
