@@ -44,7 +44,7 @@ COMMAND_TIMEOUT_S = 10
 
 CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
     "PermissionRequest": None,
-    "Notification": "permission_prompt|elicitation_dialog",
+    "Notification": "permission_prompt|elicitation_dialog|elicitation_response|elicitation_complete|agent_needs_input",
     "PostToolUse": None,
     "PostToolUseFailure": None,
     "PermissionDenied": None,
@@ -53,7 +53,8 @@ CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
     "StopFailure": None,
     "SessionEnd": None,
 }
-CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None}
+CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None,
+                "Interrupt": None}
 
 
 class HookFileError(Exception):
