@@ -49,7 +49,8 @@ Code 1.0.98 … 2.1.233):
   the turn: ``hookAdditionalContext`` on the summary and an ``isMeta`` user
   line "Stop hook additional context: …" (2.1.257, anthropics/claude-code#85547).
 - ``ScheduleWakeup`` (``/loop``, 2.1.143): its result
-  ``toolUseResult.scheduledFor`` (ms) is when the harness re-invokes the agent.
+  ``toolUseResult.scheduledFor`` (ms) is when the harness re-invokes the agent,
+  ``clampedDelaySeconds`` the delay from that result record.
 - Agent teams (2.1.240): teammates write top-level files in the project folder
   (first record ``type: agent-name``; ``agentName`` and ``teamName`` on every
   record; ``<teammate-message>`` prompts; ``SendMessage``). The lead's records
@@ -291,7 +292,6 @@ class FileDecoder:
         self._turn_start: float | None = None
         self._agents: dict[str, None] = {}  # background agents launched, not yet notified (ordered)
         self._stop_hooks: dict[str, None] = {}  # Stop hook commands in progress (not the exporter's)
-        self._own_stop_hook = False  # the exporter's own Stop hook is among them
         self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
         self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
 
@@ -300,9 +300,8 @@ class FileDecoder:
         parts = []
         if self._agents:
             parts.append(f"background_agents_pending:{len(self._agents)}")
-        others = len(self._stop_hooks) - (0 if self._own_stop_hook or not self._stop_hooks else 1)
-        if others > 0:
-            parts.append(f"stop_hooks_running:{others}")
+        if self._stop_hooks:  # the exporter's own Stop hook is not among them: its delivery is not the end
+            parts.append(f"stop_hooks_running:{len(self._stop_hooks)}")
         return ";".join(parts)
 
     def project(self, obj: dict) -> Event | None:
@@ -336,9 +335,7 @@ class FileDecoder:
             elif data.get("hookEvent") == "Stop" and not ev.sidechain:
                 cmd = data.get("command")
                 cmd = cmd if isinstance(cmd, str) else f"#{len(self._stop_hooks)}"
-                if _OWN_HOOK.search(cmd):
-                    self._own_stop_hook = True
-                elif len(self._stop_hooks) < _MAX_PENDING:
+                if not _OWN_HOOK.search(cmd) and len(self._stop_hooks) < _MAX_PENDING:
                     self._stop_hooks[cmd] = None
                 if self._pending():
                     ev.kind, ev.cont, ev.detail = WORK, True, "stop_hooks_running"  # not the end yet
@@ -380,7 +377,6 @@ class FileDecoder:
             ev.duration = dur / 1000.0 if dur is not None else None
         elif sub == "stop_hook_summary":
             self._stop_hooks.clear()
-            self._own_stop_hook = False
             if obj.get("hookAdditionalContext"):
                 ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_context"  # a hook resumed the turn
             elif _every_turn_marked(obj) and obj.get("hasOutput") is True and obj.get("preventedContinuation") is not True:
@@ -425,7 +421,7 @@ class FileDecoder:
             elif "tool_result" in kinds or "toolUseResult" in obj:
                 ev.kind = WORK
                 ev.detail = "tool_result"
-                self._tool_result(obj.get("toolUseResult"))
+                self._tool_result(obj.get("toolUseResult"), ev.ts)
             elif text is not None and (origin == "task-notification" or text.lstrip().startswith(_TASK_NOTIFICATION)):
                 self._notified(text)
                 ev.kind, ev.detail = START, "task_notification"
@@ -447,7 +443,7 @@ class FileDecoder:
                 ev.kind = START
                 ev.detail = "prompt"
 
-    def _tool_result(self, result) -> None:
+    def _tool_result(self, result, ts: float | None) -> None:
         """Note what a tool result arms: a background agent launch, a wakeup."""
         if not isinstance(result, dict):
             return
@@ -456,8 +452,11 @@ class FileDecoder:
             agent = agent if isinstance(agent, str) and len(agent) <= 128 else f"#{len(self._agents)}"
             if len(self._agents) < _MAX_PENDING:
                 self._agents[agent] = None
+        delay = _number(result.get("clampedDelaySeconds"))
         when = _number(result.get("scheduledFor"))
-        if when is not None and 1e11 < when < 1e14:  # ms since the epoch (ScheduleWakeup)
+        if delay is not None and ts is not None and 0 <= delay < 1e7:
+            self._wakes_at = ts + delay  # ScheduleWakeup: delay from its own result record
+        elif when is not None and 1e11 < when < 1e14:  # ms since the epoch
             self._wakes_at = when / 1000.0
 
     def _notified(self, text: str) -> None:
