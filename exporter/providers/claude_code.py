@@ -350,6 +350,8 @@ class FileDecoder:
         if ev.sidechain and ev.kind != META:
             ev.kind = ACTIVITY
             return ev
+        if ev.kind == START or rtype == "assistant":
+            self._stop_hooks.clear()  # a new prompt or response: the Stop hooks are done (a summary may be missing)
         if ev.kind == START:
             self._wakes_at = None
             if ts is not None:
@@ -365,6 +367,7 @@ class FileDecoder:
     def _system(self, obj: dict, ev: Event) -> None:
         sub = obj.get("subtype")
         if sub == "turn_duration":
+            self._stop_hooks.clear()  # written after the Stop hooks ran
             count = _number(obj.get("pendingBackgroundAgentCount"))
             if count is not None and count <= 0:
                 self._agents.clear()  # the agent's own count is the authority when it writes one
