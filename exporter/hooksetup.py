@@ -4,13 +4,15 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
 
 - Claude Code (``~/.claude/settings.json``, key ``hooks``; Hooks reference,
   https://code.claude.com/docs/en/hooks): ``PermissionRequest``, ``Notification`` (matcher
-  ``permission_prompt|elicitation_dialog`` only: ``idle_prompt`` adds nothing), ``PostToolUse``,
+  ``permission_prompt|elicitation_dialog|elicitation_response|elicitation_complete|agent_needs_input``
+  only: ``idle_prompt`` and ``agent_completed`` add nothing), ``PostToolUse``,
   ``PostToolUseFailure``, ``PermissionDenied``, ``UserPromptSubmit``, ``Stop``, ``StopFailure``,
   ``SessionEnd``. By default as ``"type": "http"`` hooks that POST the hook JSON to
   ``<url>/hooks/claude_code``; with ``--command`` as command hooks running
   ``coding-agent-exporter hook --agent claude_code --url <url>``.
 - Codex (``~/.codex/hooks.json``; https://developers.openai.com/codex/hooks): command hooks only,
-  for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``. The file's root may
+  for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``, ``Interrupt`` (0.152).
+  The file's root may
   hold only ``description`` and ``hooks`` (Codex refuses other keys), so nothing else is added.
 
 Both files share one shape: ``{"hooks": {Event: [{"matcher"?: str, "hooks": [handler, …]}]}}``.

@@ -16,7 +16,9 @@ the copies ``tests/test_transcripts.py`` uses) with ``scan --at <last record +
 - real files: the state a user two minutes after the last record would call
   right (the table in ``tests/test_transcripts.py``).
 
-Usage: ``python tools/accuracy.py [--only PATTERN] [--no-live] [--markdown-only]``.
+Usage: ``python tools/accuracy.py [--only PATTERN] [--no-live] [--readme]``;
+``--readme`` also writes the table into README.md between the
+``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->`` markers.
 The time rules are scaled as in ``tests/test_cases.py`` (``CAE_SLOW=1`` for the
 real defaults). The whole run takes a few minutes (each live case plays in real
 time). Exit status 0 unless the corpus cannot be read.
@@ -171,11 +173,41 @@ def _vkey(v: str):
     return [int(p) for p in re.findall(r"\d+", v)] or [-1]
 
 
+BEGIN, END = "<!-- accuracy:begin -->", "<!-- accuracy:end -->"
+
+
+def table(live: dict, back: dict, reals: dict) -> list[str]:
+    """The Markdown table, one row per (agent, version range), and a total."""
+    keys = sorted(set(live) | set(back) | set(reals), key=lambda k: (k[0], _vkey(k[1])))
+    out = ["| agent | versions | cases | live: states right | live pages: right / false / missed "
+           "| backfill: states right | backfill pages: false | real files: states right |",
+           "|---|---|---|---|---|---|---|---|"]
+    total = [0] * 9
+    for k in keys:
+        lt, bt, rf = live.get(k), back.get(k), reals.get(k, [0, 0])
+        n = (bt or lt).cases if (bt or lt) else 0
+        lcol = f"{lt.states_ok}/{lt.cases}" if lt else "–"
+        lpages = f"{lt.right} / {lt.false} / {lt.missed}" if lt else "–"
+        bcol = f"{bt.states_ok}/{bt.cases}" if bt else "–"
+        bpages = f"{bt.false}" if bt else "–"
+        rcol = f"{rf[1]}/{rf[0]}" if rf[0] else "–"
+        out.append(f"| {AGENT[k[0]]} | {k[1]} | {n} | {lcol} | {lpages} | {bcol} | {bpages} | {rcol} |")
+        for i, v in enumerate((n, lt.states_ok if lt else 0, lt.cases if lt else 0, lt.right if lt else 0,
+                               lt.false if lt else 0, lt.missed if lt else 0, bt.states_ok if bt else 0,
+                               bt.false if bt else 0, rf[1])):
+            total[i] += v
+    rtotal = sum(v[0] for v in reals.values())
+    out.append(f"| **all** | | {total[0]} | {total[1]}/{total[2]} | {total[3]} / {total[4]} / {total[5]} "
+               f"| {total[6]}/{total[0]} | {total[7]} | {total[8]}/{rtotal} |")
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="regular expression on case names")
     ap.add_argument("--no-live", action="store_true", help="backfill and real files only")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: a new temporary one)")
+    ap.add_argument("--readme", action="store_true", help="write the table into README.md between the markers")
     args = ap.parse_args(argv)
     import tempfile
 
@@ -205,31 +237,18 @@ def main(argv=None) -> int:
         t.false += pages
         if not ok or pages:
             wrong.append(f"backfill {name}: states {'right' if ok else 'wrong'}, {pages} page(s)")
-    reals = real_files(tmp / "real") if (tmp / "real").mkdir(parents=True, exist_ok=True) is None else {}
+    (tmp / "real").mkdir(parents=True, exist_ok=True)
+    reals = real_files(tmp / "real")
 
-    keys = sorted(set(live) | set(back) | set(reals), key=lambda k: (k[0], _vkey(k[1])))
-    print("| agent | versions | cases | live: states right | live pages: right / false / missed "
-          "| backfill: states right | backfill pages: false | real files: states right |")
-    print("|---|---|---|---|---|---|---|---|")
-    total = [0] * 9
-    for k in keys:
-        lt, bt, rf = live.get(k), back.get(k), reals.get(k, [0, 0])
-        n = (bt or lt).cases if (bt or lt) else 0
-        lcol = f"{lt.states_ok}/{lt.cases}" if lt else "–"
-        lpages = f"{lt.right} / {lt.false} / {lt.missed}" if lt else "–"
-        bcol = f"{bt.states_ok}/{bt.cases}" if bt else "–"
-        bpages = f"{bt.false}" if bt else "–"
-        rcol = f"{rf[1]}/{rf[0]}" if rf[0] else "–"
-        print(f"| {AGENT[k[0]]} | {k[1]} | {n} | {lcol} | {lpages} | {bcol} | {bpages} | {rcol} |")
-        for i, v in enumerate((n, lt.states_ok if lt else 0, lt.cases if lt else 0, lt.right if lt else 0,
-                               lt.false if lt else 0, lt.missed if lt else 0, bt.states_ok if bt else 0,
-                               bt.false if bt else 0, rf[1])):
-            total[i] += v
-    rtotal = sum(v[0] for v in reals.values())
-    print(f"| **all** | | {total[0]} | {total[1]}/{total[2]} | {total[3]} / {total[4]} / {total[5]} "
-          f"| {total[6]}/{total[0]} | {total[7]} | {total[8]}/{rtotal} |")
+    lines = table(live, back, reals)
     if wrong:
-        print("\nNot right:\n" + "\n".join(f"- {w}" for w in wrong))
+        lines += ["", "Not right:", *(f"- {w}" for w in wrong)]
+    print("\n".join(lines))
+    if args.readme:
+        readme = ROOT / "README.md"
+        text = readme.read_text()
+        a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
+        readme.write_text(text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
     return 0
 
 
