@@ -70,6 +70,7 @@ import functools
 import hashlib
 import os
 import re
+import time
 from pathlib import Path
 
 import orjson
@@ -110,6 +111,21 @@ _TASK_ID = re.compile(r"<task-id>([^<]{1,128})</task-id>")
 #: A Stop hook command that is the exporter's own (``hooks install``: an
 #: HTTP hook to ``/hooks/claude_code`` or ``… hook --agent claude_code``).
 _OWN_HOOK = re.compile(r"/hooks/claude_code\b|\shook --agent claude_code\b")
+#: A record naming another session is a copy of earlier history when it is
+#: older than the moment its file began to be followed, by this much.
+_COPY_SLACK_SECONDS = 5.0
+#: The uuids of the records most recently read in their own session's file:
+#: a file renamed (or resumed) seconds after it was written repeats them.
+_RECENT: dict[str, None] = {}
+_MAX_RECENT = 4096
+
+
+def _note_recent(uuid: str) -> None:
+    if len(_RECENT) >= _MAX_RECENT:
+        _RECENT.pop(next(iter(_RECENT)))
+    _RECENT[uuid] = None
+
+
 #: At most this many background agents / running hooks are tracked per file.
 _MAX_PENDING = 256
 _END_STOP_REASONS = ("end_turn", "stop_sequence")
@@ -280,8 +296,12 @@ class FileDecoder:
 
     ``sidechain_file`` marks every record of a subagent file as sidechain.
     ``file_session``: the session the file is named for; records of a main
-    file that name another (UUID) session are copies a resumed session made
-    of earlier history: they set the state, but are never news (``replayed``). Keeps the start time of the current
+    file that name another (UUID) session and are older than the moment the
+    decoder was made (the file began to be followed), or repeat a record
+    just read in that session's own file (a rename), are copies a resumed
+    session made of earlier history: they set the state, but are never news
+    (``replayed``); newer ones are the file's own work under a stale id
+    (field case 21: after ``/clear``, anthropics/claude-code#8614). Keeps the start time of the current
     main-thread turn so that an assistant text line can say whether a
     ``turn_duration`` record will still follow.
     """
@@ -289,6 +309,7 @@ class FileDecoder:
     def __init__(self, sidechain_file: bool = False, file_session: str | None = None):
         self.sidechain_file = sidechain_file
         self._file_session = file_session if file_session and _UUID.match(file_session) else None
+        self._born = time.time()  # when this file began to be followed (copies are older than that)
         self._turn_start: float | None = None
         self._agents: dict[str, None] = {}  # background agents launched, not yet notified (ordered)
         self._stop_hooks: dict[str, None] = {}  # Stop hook commands in progress (not the exporter's)
@@ -323,9 +344,16 @@ class FileDecoder:
                 ev.session_id = _lead_of(team) or f"team:{team[:64]}"
             elif ev.session_id and _UUID.match(ev.session_id) and _TEAM_LEADS.get(team) != ev.session_id:
                 _remember_lead(team, ev.session_id)
-        if (self._file_session and ev.session_id and ev.session_id != self._file_session
+        if (ev.ident is not None and self._file_session and ev.session_id == self._file_session
                 and not self.sidechain_file and not ev.sidechain):
-            ev.replayed = True  # a resumed (or renamed) session's copy of earlier records: history
+            _note_recent(ev.ident)
+        elif (self._file_session and ev.session_id and ev.session_id != self._file_session
+                and not self.sidechain_file and not ev.sidechain
+                and (ts is None or ts < self._born - _COPY_SLACK_SECONDS or ev.ident in _RECENT)):
+            # a resumed (or renamed) session's copy of earlier records: history. A record
+            # written after the file was first followed is new work under a stale id (after
+            # /clear, anthropics/claude-code#8614): news of the file's own session.
+            ev.replayed = True
         if rtype == "assistant":
             self._assistant(obj, ev)
         elif rtype == "progress":
