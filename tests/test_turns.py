@@ -194,3 +194,33 @@ def test_codex_stop_hook_mid_turn_ends_nothing_and_the_turn_keeps_its_id():
         r.apply(ev, 200 + i, True, f"m{i}")
     st = r.status(now + 100, now + 10)
     assert (st.state, st.turn) == ("completed", turn) and r.passed == []
+
+
+LIVE = Path(__file__).resolve().parent.parent.parent / "shared" / "live-agents" / "codex-0.171.0"
+
+
+@pytest.mark.skipif(not (LIVE / "tui_esc_interrupt_streaming").is_dir(), reason="shared/live-agents not here")
+def test_real_codex_interrupt_hook_is_interrupted_at_once():
+    """Codex 0.171.0 (real, offline): Esc mid-stream; the ``Interrupt`` hook
+    arrives between the rollout's ``<turn_aborted>`` marker and its
+    ``turn_aborted`` event. The hook alone (on the rollout as it was 50 ms
+    before) already says ``interrupted``, and the next turn is a turn again."""
+    from coding_agent_exporter.decode import parse_timestamp
+
+    folder = LIVE / "tui_esc_interrupt_streaming"
+    (rollout,) = folder.glob("codex_sessions/*/*/*/*.jsonl")
+    (hook,) = [json.loads(l) for l in (folder / "hooks.jsonl").read_text().splitlines()
+               if json.loads(l)["event_arg"] == "Interrupt"]
+    dec, r = codex.FileDecoder(), SessionReducer(Timing())
+    lines = [json.loads(l) for l in rollout.read_text().splitlines()]
+    before = [o for o in lines if parse_timestamp(o.get("timestamp")) < hook["recv_time"] - 0.05]
+    for i, o in enumerate(before):
+        r.apply(dec.project(o), i, True, f"k{i}")
+    assert r.status(hook["recv_time"], hook["recv_time"]).state == "working"
+    p = hook["payload"]
+    r.apply(codex.project_hook(p["hook_event_name"], p, hook["recv_time"]), 1000, True, "hook")
+    st = r.status(hook["recv_time"] + 0.001, hook["recv_time"])
+    assert (st.state, st.turn) == ("interrupted", p["turn_id"])
+    for i, o in enumerate(lines[len(before):]):
+        r.apply(dec.project(o), 2000 + i, True, f"m{i}")
+    assert r.status(time.time(), time.time()).state == "completed"
