@@ -12,7 +12,10 @@ resume the agent by itself; what is pending is named in the state's detail.
    Claude session's copied records move the state but are applied as
    history (``replayed``: never news, never a page). Records the agent did
    not work on (a user's ``!`` shell task, a manual compaction, a synthetic
-   reply to the agent's own meta prompt) are ``META`` from the provider.
+   reply to the agent's own meta prompt) are ``META`` from the provider; the
+   record that shows a task was such takes the task's start back (``undo``:
+   the state from before that start returns, when nothing else happened
+   since).
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion
    (subagents, agent-team teammates).
