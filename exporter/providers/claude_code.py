@@ -161,6 +161,12 @@ def _lead_of(team: str) -> str | None:
     return lead or None
 
 
+def _team_key(team: str) -> str:
+    """The hidden placeholder session of a team whose lead is not known yet
+    (a digest: the team name is transcript content)."""
+    return "team:" + hashlib.blake2b(team.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def _remember_lead(team: str, sid: str) -> None:
     if len(_TEAM_LEADS) >= _MAX_TEAMS and team not in _TEAM_LEADS:
         _TEAM_LEADS.pop(next(iter(_TEAM_LEADS)))
@@ -341,7 +347,7 @@ class FileDecoder:
             if isinstance(get("agentName"), str):
                 # a teammate's file: work inside the lead's session, never a session of its own
                 ev.sidechain = True
-                ev.session_id = _lead_of(team) or f"team:{team[:64]}"
+                ev.session_id = _lead_of(team) or _team_key(team)
             elif ev.session_id and _UUID.match(ev.session_id) and _TEAM_LEADS.get(team) != ev.session_id:
                 _remember_lead(team, ev.session_id)
         if (ev.ident is not None and self._file_session and ev.session_id == self._file_session
