@@ -27,7 +27,7 @@ resume the agent by itself; what is pending is named in the state's detail.
 5. Pending work that resumes the agent by itself: the provider states it
    on each transcript event (``pending``: background agents launched and
    not yet reported back, Stop hooks other than the exporter's still
-   running). A turn end the provider sees while something is pending is
+   running, an active Codex ``/goal``). A turn end the provider sees while something is pending is
    ``WORK`` that continues the turn (``cont``: same turn key, so one page
    per turn); a ``Stop`` hook (``final``) while the transcript shows
    something pending is the same. In a turn that ends only at the agent's

@@ -224,3 +224,21 @@ def test_real_codex_interrupt_hook_is_interrupted_at_once():
     for i, o in enumerate(lines[len(before):]):
         r.apply(dec.project(o), 2000 + i, True, f"m{i}")
     assert r.status(time.time(), time.time()).state == "completed"
+
+
+def test_codex_goal_holds_the_turn_end_until_the_goal_stops():
+    """While a /goal is ``active`` a ``task_complete`` is Codex's, not yours
+    (``detail`` ``goal_active``); the update that stops the goal (here
+    ``budget_limited``, with no further turn) is that turn's end."""
+    dec, r = codex.FileDecoder(), SessionReducer(Timing())
+    lines = (CASES / "55_codex_goal_continuation_part1.jsonl").read_text().splitlines()
+    for i, line in enumerate(lines):
+        r.apply(dec.project(json.loads(line)), i, True, f"k{i}")
+    st = r.status(time.time(), time.time())
+    assert (st.state, st.detail) == ("working", "goal_active")
+    last = json.loads(lines[-1])
+    update = {"timestamp": last["timestamp"][:-4] + "900Z", "type": "event_msg",
+              "payload": {"type": "thread_goal_updated", "goal": {"status": "budget_limited"}}}
+    r.apply(dec.project(update), 100, True, "g")
+    st = r.status(time.time(), time.time())
+    assert (st.state, st.turn, st.detail) == ("completed", "019f9000-0055-7001-8000-000000000001", "goal_budget_limited")

@@ -37,6 +37,11 @@ Format facts (from the files in ``shared/transcripts/codex``, Codex ~0.2x …
   ``item_completed`` of a ``ContextCompaction`` item). Neither is a turn.
 - ``turn_context.approvals_reviewer`` (0.171: ``user``; ``auto_review`` when
   Codex's own reviewer approves requests first).
+- ``/goal`` (0.146 file): ``event_msg`` ``thread_goal_updated`` with
+  ``goal.status`` (``active``, ``paused``, ``blocked``, ``usage_limited``,
+  ``budget_limited``, ``complete``: strings in the 0.171 binary). While a goal
+  is ``active`` Codex starts the next turn by itself, so a ``task_complete``
+  is not the user's turn yet; the update that ends the goal is.
 """
 
 from __future__ import annotations
@@ -183,6 +188,8 @@ class FileDecoder:
         self._task: str | None = None  # the open task: "open" (undecided), "turn", "shell", "compact"
         self._task_turn: str | None = None  # its turn_id
         self._review = False  # the turn's approvals go to Codex's reviewer first
+        self._goal_active = False  # a /goal is active: Codex continues by itself
+        self._held_turn: str | None = None  # a task_complete held for the goal (its turn id)
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
@@ -207,7 +214,14 @@ class FileDecoder:
             if ev.kind != META:
                 ev.sidechain = True
                 ev.kind = ACTIVITY
-        ev.pending = ""  # a transcript record (nothing in a rollout resumes the agent by itself)
+        ev.pending = ""  # a transcript record (what resumes the agent by itself, as the rollout says)
+        if ev.kind == COMPLETE and self._goal_active and not ev.sidechain:
+            ev.kind, ev.cont, ev.detail = WORK, True, "goal_active"  # Codex starts the next goal turn itself
+            self._held_turn = ev.turn_id
+        elif ev.kind == START:
+            self._held_turn = None
+        if self._goal_active:
+            ev.pending = "goal_active"
         ev.review = self._review
         ev.marker_only = self._marked and self._task is not None
         return ev
@@ -326,10 +340,23 @@ class FileDecoder:
                 ev.kind, ev.detail = WORK, ptype
             elif ptype == "stream_error":
                 ev.kind, ev.detail = ACTIVITY, "stream_error_retry"
+            elif ptype == "thread_goal_updated":
+                self._goal(payload.get("goal"), ev)
             return ev
         if rtype == "response_item":
             return self._item(payload, ev)
         return ev
+
+    def _goal(self, goal, ev: Event) -> None:
+        """A ``thread_goal_updated``: note whether the goal keeps Codex going;
+        the update that ends it after a held ``task_complete`` is that turn's end."""
+        status = goal.get("status") if isinstance(goal, dict) else None
+        if not isinstance(status, str):
+            return
+        was, self._goal_active = self._goal_active, status == "active"
+        if was and not self._goal_active and self._held_turn is not None:
+            ev.kind, ev.detail, ev.turn_id = COMPLETE, "goal_" + status[:32], self._held_turn
+            self._held_turn = None
 
     def _item(self, item: dict, ev: Event) -> Event:
         itype = item.get("type")
