@@ -83,6 +83,11 @@ class Reducer:
     #: An API error the agent said it would retry (Claude system/api_error
     #: retryInMs) is an ``error`` once the retry is this many seconds overdue.
     api_retry_grace_seconds: float = 30.0
+    #: A turn that ends with a wakeup armed (Claude Code ScheduleWakeup) due
+    #: within this many seconds reads ``working`` until the wakeup is due (and
+    #: ``api_retry_grace_seconds`` more); a later wakeup pages at once, naming
+    #: its time.
+    wakeup_hold_seconds: float = 900.0
     #: Seconds between evaluations of the time-based rules.
     evaluation_interval_seconds: float = 1.0
 

@@ -129,6 +129,33 @@ class Event:
         source: the evidence source, when not the transcript: ``hook`` or
             ``registry`` (Claude Code's session registry); shown as the
             ``source`` that decided a session's state.
+        pending: what will resume the agent by itself, as the transcript
+            shows it after this record: ``""`` for nothing, else a detail
+            such as ``background_agents_pending:2`` or
+            ``stop_hooks_running:1`` (no transcript content). ``None``: the
+            record cannot tell (hook events); the reducer keeps what the
+            transcript last said.
+        cont: the record continues the turn in progress even after an end
+            marker (a Stop hook running, blocking or adding context;
+            background agents still running): it never starts a turn of its
+            own, so the turn keeps its key (one page per turn).
+        wakes_at: the agent armed a wakeup in this turn (Claude
+            ``ScheduleWakeup`` ``toolUseResult.scheduledFor``) and will be
+            invoked again at this time (Unix seconds); set on every record
+            from the arming to the next prompt or tool call.
+        review: the turn's approval requests go to the agent's own reviewer
+            first (Codex ``turn_context.approvals_reviewer`` other than
+            ``user``, 0.171): a permission prompt a hook reports is the
+            user's only once nothing follows it for ``inferred_settle``.
+        marker_only: the turn ends only at the agent's own end marker,
+            whatever a hook says (Codex rollouts that wrote ``task_started``:
+            Codex 0.150 can run its ``Stop`` hook mid-turn).
+        undo: for ``META``: the turn this record's task started (``turn_id``)
+            was not a turn of the agent (Codex: a user's ``!cmd``, a manual
+            ``/compact``): the state from before its start comes back.
+        ends_wait: for ``WORK``: only ends a wait (Claude ``Notification``
+            ``elicitation_response``/``elicitation_complete``); changes
+            nothing when no wait is open.
     """
 
     kind: Kind
@@ -154,3 +181,10 @@ class Event:
     foreign: bool = False
     replayed: bool = False
     source: str | None = None
+    pending: str | None = None
+    cont: bool = False
+    wakes_at: float | None = None
+    review: bool = False
+    marker_only: bool = False
+    ends_wait: bool = False
+    undo: bool = False

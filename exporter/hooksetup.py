@@ -4,13 +4,15 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
 
 - Claude Code (``~/.claude/settings.json``, key ``hooks``; Hooks reference,
   https://code.claude.com/docs/en/hooks): ``PermissionRequest``, ``Notification`` (matcher
-  ``permission_prompt|elicitation_dialog`` only: ``idle_prompt`` adds nothing), ``PostToolUse``,
+  ``permission_prompt|elicitation_dialog|elicitation_response|elicitation_complete|agent_needs_input``
+  only: ``idle_prompt`` and ``agent_completed`` add nothing), ``PostToolUse``,
   ``PostToolUseFailure``, ``PermissionDenied``, ``UserPromptSubmit``, ``Stop``, ``StopFailure``,
   ``SessionEnd``. By default as ``"type": "http"`` hooks that POST the hook JSON to
   ``<url>/hooks/claude_code``; with ``--command`` as command hooks running
   ``coding-agent-exporter hook --agent claude_code --url <url>``.
 - Codex (``~/.codex/hooks.json``; https://developers.openai.com/codex/hooks): command hooks only,
-  for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``. The file's root may
+  for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``, ``Interrupt`` (0.152).
+  The file's root may
   hold only ``description`` and ``hooks`` (Codex refuses other keys), so nothing else is added.
 - GitHub Copilot CLI (every ``$COPILOT_HOME/hooks/*.json``, default ``~/.copilot``; ours is
   ``coding-agent-exporter.json``): ``Stop`` and ``Notification`` under their Claude names, as
@@ -49,7 +51,7 @@ COMMAND_TIMEOUT_S = 10
 
 CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
     "PermissionRequest": None,
-    "Notification": "permission_prompt|elicitation_dialog",
+    "Notification": "permission_prompt|elicitation_dialog|elicitation_response|elicitation_complete|agent_needs_input",
     "PostToolUse": None,
     "PostToolUseFailure": None,
     "PermissionDenied": None,
@@ -58,7 +60,8 @@ CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
     "StopFailure": None,
     "SessionEnd": None,
 }
-CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None}
+CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None,
+                "Interrupt": None}
 COPILOT_EVENTS = {"Notification": None, "Stop": None}
 #: Copilot CLI delivers HTTP hooks to a loopback address only with this set in its environment.
 COPILOT_LOCALHOST_ENV = "COPILOT_HOOK_ALLOW_LOCALHOST"

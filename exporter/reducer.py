@@ -1,6 +1,8 @@
 """Reducer: ordered evidence of one session to its state.
 
-Rules, in order (see README "States and evidence"):
+Rules, in order (see README "States and evidence"). The question behind
+them: whose move is it? A turn end is "your turn" only when nothing will
+resume the agent by itself; what is pending is named in the state's detail.
 
 1. Malformed records never reach here; the reducer keeps going regardless.
 2. Significant main-thread events are ordered by their own timestamps, file
@@ -8,9 +10,15 @@ Rules, in order (see README "States and evidence"):
    filtered before (by identity, per session) in the session store;
    a Codex fork's replayed prefix is ``META`` from the provider; copies of
    earlier history (``exporter.identity``) move the state but are applied as
-   history (never news, never a page).
+   history (never news, never a page). Records the agent did
+   not work on (a user's ``!`` shell task, a manual compaction, a synthetic
+   reply to the agent's own meta prompt) are ``META`` from the provider; the
+   record that shows a task was such takes the task's start back (``undo``:
+   the state from before that start returns, when nothing else happened
+   since).
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
-   write time) but never complete it and never supersede a completion.
+   write time) but never complete it and never supersede a completion
+   (subagents, agent-team teammates).
 4. A provider error ends the turn as ``error``; an explicit completion that
    follows an error in the same turn (Codex writes ``task_complete`` after a
    usage-limit ``error``) stays ``error``. An error the agent will retry
@@ -21,26 +29,43 @@ Rules, in order (see README "States and evidence"):
    terms (``api_error``: a Claude ``StopFailure`` hook) keeps the kind it
    already had, and an error older than the one that decided (the
    transcript's envelope read after that hook) still names its kind.
-5. A completion stands only while no later main-thread start, work or output
+5. Pending work that resumes the agent by itself: the provider states it
+   on each transcript event (``pending``: background agents launched and
+   not yet reported back, Stop hooks other than the exporter's still
+   running, an active Codex ``/goal``). A turn end the provider sees while something is pending is
+   ``WORK`` that continues the turn (``cont``: same turn key, so one page
+   per turn); a ``Stop`` hook (``final``) while the transcript shows
+   something pending is the same. In a turn that ends only at the agent's
+   own marker (``marker_only``: Codex ``task_started``) a ``Stop`` hook
+   ends nothing.
+6. A completion with a wakeup armed (``wakes_at``) due within
+   ``wakeup_hold`` seconds of the turn end reads ``working`` until
+   ``retry_grace`` past the wakeup time; a later wakeup completes at once
+   and its detail names the time.
+7. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for
    ``inferred_settle`` seconds (``marker_wait`` when the agent version will
    probably still write an explicit marker for this turn) — never when the
    version always writes one (``marker_certain``).
-6. A ``WAIT`` (a question or plan approval pending in the transcript, a
-   permission prompt reported by a hook) makes the session ``waiting`` until
-   the turn's next main-thread record; a ``WAIT`` while already waiting is
-   the same wait (one page). A waiting session is never ``stalled``. A
-   session ``END`` turns a wait or an unfinished turn into ``interrupted``.
-7. A completion the agent itself reported (``final``: a ``Stop`` hook) is
+8. A ``WAIT`` (a question or plan approval pending in the transcript, a
+   permission prompt or input request reported by a hook) makes the
+   session ``waiting`` until the turn's next main-thread record (or a hook
+   that ends it: ``ends_wait``); a ``WAIT`` while already waiting is the
+   same wait (one page). A permission prompt in a turn whose approvals go
+   to the agent's own reviewer first (``review``) reads ``working`` until
+   nothing followed it for ``inferred_settle``. A waiting session is never
+   ``stalled``. A session ``END`` turns a wait or an unfinished turn into
+   ``interrupted``.
+9. A completion the agent itself reported (``final``: a ``Stop`` hook) is
    not reopened by assistant output flushed after it; a prompt, tool work or
    a wait does.
-8. A working session with nothing written for ``stall_after`` seconds is
+10. A working session with nothing written for ``stall_after`` seconds is
    ``stalled``.
-9. A turn end that news passes over before the state is looked at (a
+11. A turn end that news passes over before the state is looked at (a
    later turn in the same read) is kept in ``passed``, with the state that
    superseded it, so that each turn end is counted and judged for a page.
-10. Quiet time is measured at ``now`` on the last write time the caller
+12. Quiet time is measured at ``now`` on the last write time the caller
    passes; the store passes the last record time at or before ``now`` when
    the files were modified after ``now`` (``scan --at`` in the past).
 """
@@ -48,6 +73,7 @@ Rules, in order (see README "States and evidence"):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
 from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
@@ -61,12 +87,14 @@ _QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)
 class Timing:
     """Time-based rules, all in seconds (``retry_grace``: how long past an
     announced retry time an agent's retry may be late before the error
-    stands)."""
+    stands, or an armed wakeup before the turn end stands; ``wakeup_hold``:
+    the longest wakeup delay that holds the page)."""
 
     inferred_settle: float = 30.0
     marker_wait: float = 300.0
     stall_after: float = 600.0
     retry_grace: float = 30.0
+    wakeup_hold: float = 900.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +139,8 @@ class SessionReducer:
     """
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
-                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "owed")
+                 "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "owed",
+                 "_pending", "_review", "_marker_only", "_wait_review", "_wakes_at", "_before")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -134,6 +163,14 @@ class SessionReducer:
         #: start-up): kept in ``passed`` even when read as backfill, so that a
         #: crash between the page's decision and its delivery loses nothing.
         self.owed: frozenset = frozenset()
+        #: What the transcript last said will resume the agent by itself
+        #: (:attr:`~.events.Event.pending`), and its turn facts.
+        self._pending = ""
+        self._review = False
+        self._marker_only = False
+        self._wait_review = False
+        self._wakes_at: float | None = None
+        self._before: tuple | None = None  # the state before the current turn's start (for ``undo``)
 
     @property
     def decided_at(self) -> float | None:
@@ -148,8 +185,17 @@ class SessionReducer:
         if ev.ts is not None and (self.last_event_ts is None or ev.ts > self.last_event_ts):
             self.last_event_ts = ev.ts
         kind = ev.kind
+        if ev.undo:
+            self._undo(ev)
+            return
         if kind in _QUIET or ev.sidechain:
             return
+        hook = ev.pending is None  # a hook event: the transcript's facts stand
+        if not hook:
+            self._pending, self._review, self._marker_only = ev.pending, ev.review, ev.marker_only
+            self._wakes_at = ev.wakes_at
+        if kind == COMPLETE and ev.wakes_at is None:
+            ev.wakes_at = self._wakes_at  # a Stop hook at the end of a turn that armed a wakeup
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
         prev = self._last.kind if self._last is not None else None
         if key < self._last_key:
@@ -158,6 +204,13 @@ class SessionReducer:
                 # general terms (Claude Code 2.1.332: StopFailure ``server_error`` for a 529), names its kind
                 self._turn_error = ev.error_kind
             return  # older than what already decided the state
+        if ev.ends_wait and prev != WAIT:
+            return  # nothing to end
+        if kind == COMPLETE and ev.final:
+            if self._marker_only:
+                return  # the turn ends at the agent's own marker (Codex task_complete), whatever a hook says
+            if self._pending:  # the Stop hook ran, but something resumes the agent by itself
+                ev.kind, kind, ev.cont, ev.detail, ev.final = WORK, WORK, True, self._pending, False
         if kind == END:
             if prev not in (START, WORK, OUTPUT, WAIT):
                 return  # the turn had already ended: nothing to change
@@ -171,14 +224,17 @@ class SessionReducer:
                               tool or ev.tool)
                 return
             self._wait = (_key(ident_key), ev.reason, ev.tool)
+            self._wait_review = hook and self._review and ev.reason == "permission"
         # a turn ended (an error the agent will retry has not ended it)
         terminal = prev is None or (prev in (COMPLETE, ERROR, INTERRUPT) and self._last.retry_in is None)
         if kind == START:
             if prev != START:
+                self._before = (self._last, self._last_key, self._last_live, self.turn, self._turn_auto,
+                                self._turn_start, self._turn_error, self._wait, len(self.passed))
                 self._new_turn(ev, ident_key, live)
             elif ev.turn_id and self._turn_auto:
                 self.turn, self._turn_auto = ev.turn_id, False
-        elif kind in (WORK, OUTPUT, WAIT) and terminal:
+        elif kind in (WORK, OUTPUT, WAIT) and terminal and not ev.cont:
             self._new_turn(ev, ident_key, live)
         elif self.turn is None:
             self._new_turn(ev, ident_key)
@@ -194,6 +250,17 @@ class SessionReducer:
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
         self._last, self._last_key, self._last_live = ev, key, live
+
+    def _undo(self, ev: Event) -> None:
+        """The turn just started was not one (``undo``): back to the state
+        before its start, when nothing but that start has happened since."""
+        b, last = self._before, self._last
+        if b is None or last is None or last.kind != START or (ev.turn_id and self.turn != ev.turn_id):
+            return
+        (self._last, self._last_key, self._last_live, self.turn, self._turn_auto, self._turn_start,
+         self._turn_error, self._wait, n) = b
+        del self.passed[n:]
+        self._before = None
 
     def _new_turn(self, ev: Event, ident_key, live: bool = False) -> None:
         last = self._last
@@ -219,15 +286,23 @@ class SessionReducer:
             return Status("unknown")
         kind = last.kind
         common = dict(turn=self.turn, since=last.ts, live=self._last_live, detail=last.detail)
+        quiet = now - last_write
         if kind == COMPLETE:
             if self._turn_error:
                 return Status("error", error_kind=self._turn_error, **common)
+            wakes = last.wakes_at
+            if wakes is not None and last.ts is not None and wakes > last.ts:
+                common["detail"] = f"wakeup_armed:{_iso(wakes)}"
+                if wakes - last.ts <= self.timing.wakeup_hold and now < wakes + self.timing.retry_grace:
+                    return Status("working", **common)  # the harness re-invokes the agent by itself
             return Status("completed", evidence="explicit", duration=self._duration(last), **common)
-        quiet = now - last_write
         if kind == ERROR and (last.retry_in is None or quiet >= last.retry_in + self.timing.retry_grace):
             return Status("error", error_kind=self._turn_error, **common)
         if kind == INTERRUPT:
             return Status("interrupted", **common)
+        if kind == WAIT and self._wait_review and quiet < self.timing.inferred_settle:
+            common["detail"] = "permission_auto_review"  # the agent's own reviewer decides first
+            return Status("working", **common)
         if kind == WAIT:
             key, reason, tool = self._wait
             return Status("waiting", reason=reason, tool=tool, wait=key or self.turn, **common)
@@ -248,3 +323,8 @@ class SessionReducer:
         if self._turn_start is not None and last.ts is not None and last.ts >= self._turn_start:
             return last.ts - self._turn_start
         return None
+
+
+def _iso(t: float) -> str:
+    """Unix seconds as an ISO 8601 UTC time to the second (``2026-06-01T10:00:00Z``)."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -61,7 +61,8 @@ def make_store(cfg: Config, metrics: Metrics | None = None) -> SessionStore:
     r = cfg.reducer
     return SessionStore(
         metrics or Metrics(),
-        Timing(r.inferred_settle_seconds, r.marker_wait_seconds, r.stall_after_seconds, r.api_retry_grace_seconds),
+        Timing(r.inferred_settle_seconds, r.marker_wait_seconds, r.stall_after_seconds, r.api_retry_grace_seconds,
+               r.wakeup_hold_seconds),
         cfg.sources.max_line_bytes,
         cfg.metrics.project_label,
         cfg.metrics.max_sessions,

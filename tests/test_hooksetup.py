@@ -19,7 +19,7 @@ def _own_state_dir(tmp_path_factory, monkeypatch):
 
 CLAUDE_EVENTS = ["PermissionRequest", "Notification", "PostToolUse", "PostToolUseFailure", "PermissionDenied",
                  "UserPromptSubmit", "Stop", "StopFailure", "SessionEnd"]
-CODEX_EVENTS = ["PermissionRequest", "PostToolUse", "UserPromptSubmit", "Stop"]
+CODEX_EVENTS = ["PermissionRequest", "PostToolUse", "UserPromptSubmit", "Stop", "Interrupt"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -43,7 +43,8 @@ def test_print_claude_http_hooks_cover_every_event_the_exporter_uses():
         assert h["url"] == "http://127.0.0.1:9911/hooks/claude_code"
         assert 0 < h["timeout"] <= 10
     (note,) = block["hooks"]["Notification"]
-    assert set(note["matcher"].split("|")) == {"permission_prompt", "elicitation_dialog"}  # not idle_prompt
+    assert set(note["matcher"].split("|")) == {"permission_prompt", "elicitation_dialog", "elicitation_response",
+                                               "elicitation_complete", "agent_needs_input"}  # not idle_prompt
     assert all("matcher" not in g for e in CLAUDE_EVENTS if e != "Notification" for g in block["hooks"][e])
 
 

@@ -35,6 +35,33 @@ Code 1.0.98 … 2.1.233):
   stop, the file ends there.
 - Resumed sessions start a new file with copies of the earlier session's
   records, which still name that session in ``sessionId``.
+- Background ``Agent`` launches (2.1.156 CLI, 2.1.260 Desktop): a tool result
+  with ``toolUseResult.status: async_launched`` (``isAsync``, ``agentId``,
+  ``outputFile``); each one's end is a ``<task-notification>`` user prompt
+  (``origin.kind: task-notification``) naming ``<task-id>`` = ``agentId``.
+  Launched and not yet notified is pending work: the agent resumes by itself.
+- Desktop (``entrypoint: claude-desktop``, 2.1.260) writes no
+  ``turn_duration``: a turn ends at ``stop_reason: end_turn`` (on every block
+  line, thinking included) or at ``stop_hook_summary``.
+- Stop hooks run in parallel; each writes a ``progress`` record
+  (``data.type: hook_progress``, ``hookEvent: Stop``, ``command``) before
+  ``stop_hook_summary``. A hook that returns ``additionalContext`` resumes
+  the turn: ``hookAdditionalContext`` on the summary and an ``isMeta`` user
+  line "Stop hook additional context: …" (2.1.257, anthropics/claude-code#85547).
+- ``ScheduleWakeup`` (``/loop``, 2.1.143): its result
+  ``toolUseResult.scheduledFor`` (ms) is when the harness re-invokes the agent,
+  ``clampedDelaySeconds`` the delay from that result record.
+- Agent teams (2.1.240): teammates write top-level files in the project folder
+  (first record ``type: agent-name``; ``agentName`` and ``teamName`` on every
+  record; ``<teammate-message>`` prompts; ``SendMessage``). The lead's records
+  carry ``teamName`` only. The team's ``$CLAUDE_CONFIG_DIR/teams/<team>/config.json``
+  names ``leadSessionId``.
+- After a shutdown mid-turn (2.1.238): "[Request interrupted by user]" with
+  ``interruptedByShutdown: true``; on resume an ``isMeta`` "Continue from where
+  you left off." and a ``<synthetic>`` "No response requested." answering it
+  (anthropics/claude-code#89265): bookkeeping, not an error.
+- After a usage limit (2.1.240): an ``isMeta`` user record with
+  ``origin.kind: auto-continuation`` starts the work again.
 """
 
 from __future__ import annotations
@@ -78,12 +105,57 @@ _META_PREFIXES = (
 )
 _INTERRUPT_PREFIX = "[Request interrupted by user"
 _STOP_HOOK_FEEDBACK = "Stop hook feedback:"
+_STOP_HOOK_CONTEXT = "Stop hook additional context:"
+_TASK_NOTIFICATION = "<task-notification>"
+_TASK_ID = re.compile(r"<task-id>([^<]{1,128})</task-id>")
+#: A Stop hook command that is the exporter's own (``hooks install``: an
+#: HTTP hook to ``/hooks/claude_code`` or ``… hook --agent claude_code``).
+_OWN_HOOK = re.compile(r"/hooks/claude_code\b|\shook --agent claude_code\b")
+#: At most this many background agents / running hooks are tracked per file.
+_MAX_PENDING = 256
 _END_STOP_REASONS = ("end_turn", "stop_sequence")
 _EXCERPT_CHARS = 2000
 #: Tools whose call waits for the user's answer (the result is the answer):
 #: ``AskUserQuestion`` (2.0.x+) asks a question, ``ExitPlanMode`` asks to
 #: approve a plan (plan mode; see v2.1.149_plan_mode_exitplanmode_pending).
 _WAIT_TOOLS = {"AskUserQuestion": "question", "ExitPlanMode": "plan"}
+
+
+#: Team name → the lead's session id, learnt from the lead's records
+#: (``teamName`` without ``agentName``) or the team's config file; bounded.
+_TEAM_LEADS: dict[str, str] = {}
+_MAX_TEAMS = 256
+
+
+def _lead_of(team: str) -> str | None:
+    """The lead session of agent team ``team``: as the lead's own records
+    said, else ``leadSessionId`` of ``$CLAUDE_CONFIG_DIR/teams/<team>/config.json``
+    (read once per team; ``None`` when neither tells)."""
+    if team in _TEAM_LEADS:
+        return _TEAM_LEADS[team] or None
+    lead = ""
+    if team.isprintable() and os.sep not in team and team not in (".", ".."):
+        try:
+            with open(default_roots()[0].parent / "teams" / team / "config.json", "rb") as f:
+                conf = orjson.loads(f.read(1 << 20))
+            got = conf.get("leadSessionId") if isinstance(conf, dict) else None
+            lead = got if isinstance(got, str) and _UUID.match(got) else ""
+        except (OSError, ValueError):
+            pass
+    _remember_lead(team, lead)
+    return lead or None
+
+
+def _team_key(team: str) -> str:
+    """The hidden placeholder session of a team whose lead is not known yet
+    (a digest: the team name is transcript content)."""
+    return "team:" + hashlib.blake2b(team.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _remember_lead(team: str, sid: str) -> None:
+    if len(_TEAM_LEADS) >= _MAX_TEAMS and team not in _TEAM_LEADS:
+        _TEAM_LEADS.pop(next(iter(_TEAM_LEADS)))
+    _TEAM_LEADS[team] = sid
 
 
 def default_roots() -> list[Path]:
@@ -226,16 +298,39 @@ class FileDecoder:
         self.sidechain_file = sidechain_file
         self._file_session = file_session if file_session and _UUID.match(file_session) else None
         self._turn_start: float | None = None
+        self._agents: dict[str, None] = {}  # background agents launched, not yet notified (ordered)
+        self._stop_hooks: dict[str, None] = {}  # Stop hook commands in progress (not the exporter's)
+        self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
+        self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
+
+    def _pending(self) -> str:
+        """What resumes the agent by itself now, as an event detail ("" for nothing)."""
+        parts = []
+        if self._agents:
+            parts.append(f"background_agents_pending:{len(self._agents)}")
+        if self._stop_hooks:  # the exporter's own Stop hook is not among them: its delivery is not the end
+            parts.append(f"stop_hooks_running:{len(self._stop_hooks)}")
+        return ";".join(parts)
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
         get = obj.get
         rtype = get("type")
+        if rtype == "agent-name":
+            return None  # a name only; a teammate file binds at its first record with a team
         ts = parse_timestamp(get("timestamp"))
         ident, sid, cwd = get("uuid"), get("sessionId"), get("cwd")
         ev = Event(META, ts, ident if isinstance(ident, str) else None,  # kind, ts, ident, sidechain
                    self.sidechain_file or get("isSidechain") is True,
                    session_id=sid if isinstance(sid, str) else None, cwd=cwd if isinstance(cwd, str) else None)
+        team = get("teamName")
+        if isinstance(team, str) and team and not ev.sidechain:
+            if isinstance(get("agentName"), str):
+                # a teammate's file: work inside the lead's session, never a session of its own
+                ev.sidechain = True
+                ev.session_id = _lead_of(team) or _team_key(team)
+            elif ev.session_id and _UUID.match(ev.session_id) and _TEAM_LEADS.get(team) != ev.session_id:
+                _remember_lead(team, ev.session_id)
         if (self._file_session and ev.session_id and ev.session_id != self._file_session
                 and not self.sidechain_file and not ev.sidechain):
             ev.foreign = True  # a resumed session's copy, or a new file under the old id
@@ -245,6 +340,13 @@ class FileDecoder:
             data = get("data")
             if not (isinstance(data, dict) and data.get("type") == "hook_progress"):
                 ev.kind = ACTIVITY
+            elif data.get("hookEvent") == "Stop" and not ev.sidechain:
+                cmd = data.get("command")
+                cmd = cmd if isinstance(cmd, str) else f"#{len(self._stop_hooks)}"
+                if not _OWN_HOOK.search(cmd) and len(self._stop_hooks) < _MAX_PENDING:
+                    self._stop_hooks[cmd] = None
+                if self._pending():
+                    ev.kind, ev.cont, ev.detail = WORK, True, "stop_hooks_running"  # not the end yet
         elif rtype == "user":
             self._user(obj, ev)
         elif rtype == "system":
@@ -252,27 +354,45 @@ class FileDecoder:
         elif rtype == "attachment":
             att = get("attachment")
             if isinstance(att, dict) and att.get("type") == "hook_blocking_error" and att.get("hookEvent") == "Stop":
-                ev.kind, ev.detail = WORK, "stop_hook_blocked"  # the stop was refused: the turn goes on
+                ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_blocked"  # the stop was refused: the turn goes on
         if ev.sidechain and ev.kind != META:
             ev.kind = ACTIVITY
-        if ev.kind == START and not ev.sidechain and ts is not None:
-            self._turn_start = ts
+            return ev
+        if ev.kind == START or rtype == "assistant":
+            self._stop_hooks.clear()  # a new prompt or response: the Stop hooks are done (a summary may be missing)
+        if ev.kind == START:
+            self._wakes_at = None
+            if ts is not None:
+                self._turn_start = ts
+        pending = ev.pending = self._pending()
+        if pending and ev.kind == COMPLETE:
+            ev.kind, ev.cont, ev.detail = WORK, True, pending  # the agent resumes by itself
+        elif pending and ev.cont and ev.kind == WORK and ev.detail == "stop_hooks_running":
+            ev.detail = pending
+        ev.wakes_at = self._wakes_at
         return ev
 
     def _system(self, obj: dict, ev: Event) -> None:
         sub = obj.get("subtype")
         if sub == "turn_duration":
-            if (_number(obj.get("pendingBackgroundAgentCount")) or 0) > 0:
-                # background agents still run: not the user's turn yet
-                ev.kind, ev.detail = WORK, "background_agents_pending"
+            self._stop_hooks.clear()  # written after the Stop hooks ran
+            count = _number(obj.get("pendingBackgroundAgentCount"))
+            if count is not None and count <= 0:
+                self._agents.clear()  # the agent's own count is the authority when it writes one
+            if count is not None and count > 0:
+                # background agents (or teammates) still run: not the user's turn yet
+                ev.kind, ev.cont, ev.detail = WORK, True, f"background_agents_pending:{int(count)}"
                 return
             ev.kind, ev.detail = COMPLETE, sub
             dur = _number(obj.get("durationMs"))
             ev.duration = dur / 1000.0 if dur is not None else None
         elif sub == "stop_hook_summary":
-            if _every_turn_marked(obj) and obj.get("hasOutput") is True and obj.get("preventedContinuation") is not True:
+            self._stop_hooks.clear()
+            if obj.get("hookAdditionalContext"):
+                ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_context"  # a hook resumed the turn
+            elif _every_turn_marked(obj) and obj.get("hasOutput") is True and obj.get("preventedContinuation") is not True:
                 # hook output may be a blocked stop ("Stop hook feedback"); turn_duration still comes
-                ev.kind, ev.detail = WORK, "stop_hook_output"
+                ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_output"
             else:
                 ev.kind, ev.detail = COMPLETE, sub
         elif sub == "api_error":
@@ -283,10 +403,21 @@ class FileDecoder:
                 ev.retry_in = (wait or 0.0) / 1000.0  # Claude Code retries: working until overdue
 
     def _user(self, obj: dict, ev: Event) -> None:
+        origin = obj.get("origin")
+        origin = origin.get("kind") if isinstance(origin, dict) else None
         if obj.get("isMeta") is True:
             text = _text_of((obj.get("message") or {}).get("content") if isinstance(obj.get("message"), dict) else None)
-            if text is not None and text.startswith(_STOP_HOOK_FEEDBACK):
-                ev.kind, ev.detail = WORK, "stop_hook_feedback"  # a Stop hook blocked: the turn goes on
+            text = text.lstrip() if text is not None else ""
+            if text.startswith("<system-reminder>"):
+                text = text[len("<system-reminder>"):].lstrip()
+            if text.startswith(_STOP_HOOK_FEEDBACK):
+                ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_feedback"  # a Stop hook blocked: the turn goes on
+            elif text.startswith(_STOP_HOOK_CONTEXT):
+                ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_context"  # a Stop hook resumed the turn
+            elif origin == "auto-continuation":
+                ev.kind, ev.detail = START, "auto_continuation"  # a usage limit reset: the agent goes on by itself
+            else:
+                self._meta_uuid = ev.ident  # Claude Code's own prompt ("Continue from where you left off.")
             return
         if obj.get("isCompactSummary") is True:
             return
@@ -297,9 +428,14 @@ class FileDecoder:
             text = _text_of(content)
             if text is not None and text.startswith(_INTERRUPT_PREFIX):
                 ev.kind = INTERRUPT
+                ev.detail = "shutdown" if obj.get("interruptedByShutdown") is True else "interrupt"
             elif "tool_result" in kinds or "toolUseResult" in obj:
                 ev.kind = WORK
                 ev.detail = "tool_result"
+                self._tool_result(obj.get("toolUseResult"), ev.ts)
+            elif text is not None and (origin == "task-notification" or text.lstrip().startswith(_TASK_NOTIFICATION)):
+                self._notified(text)
+                ev.kind, ev.detail = START, "task_notification"
             elif text is not None and text.lstrip().startswith(_META_PREFIXES):
                 return
             elif kinds:
@@ -308,11 +444,39 @@ class FileDecoder:
         elif isinstance(content, str):
             if content.startswith(_INTERRUPT_PREFIX):
                 ev.kind = INTERRUPT
+                ev.detail = "shutdown" if obj.get("interruptedByShutdown") is True else "interrupt"
+            elif origin == "task-notification" or content.lstrip().startswith(_TASK_NOTIFICATION):
+                self._notified(content)
+                ev.kind, ev.detail = START, "task_notification"
             elif content.lstrip().startswith(_META_PREFIXES):
                 return
             else:
                 ev.kind = START
                 ev.detail = "prompt"
+
+    def _tool_result(self, result, ts: float | None) -> None:
+        """Note what a tool result arms: a background agent launch, a wakeup."""
+        if not isinstance(result, dict):
+            return
+        if result.get("status") == "async_launched":
+            agent = result.get("agentId")
+            agent = agent if isinstance(agent, str) and len(agent) <= 128 else f"#{len(self._agents)}"
+            if len(self._agents) < _MAX_PENDING:
+                self._agents[agent] = None
+        delay = _number(result.get("clampedDelaySeconds"))
+        when = _number(result.get("scheduledFor"))
+        if delay is not None and ts is not None and 0 <= delay < 1e7:
+            self._wakes_at = ts + delay  # ScheduleWakeup: delay from its own result record
+        elif when is not None and 1e11 < when < 1e14:  # ms since the epoch
+            self._wakes_at = when / 1000.0
+
+    def _notified(self, text: str) -> None:
+        """A ``<task-notification>``: the background task it names has ended."""
+        ids = _TASK_ID.findall(text[:8192])
+        for task in ids:
+            self._agents.pop(task.strip(), None)
+        if not ids and self._agents:
+            self._agents.pop(next(iter(self._agents)))
 
     def _assistant(self, obj: dict, ev: Event) -> None:
         msg = obj.get("message")
@@ -336,6 +500,9 @@ class FileDecoder:
             ev.detail = "api_error_message"
             return
         if msg.get("model") == "<synthetic>":
+            if self._meta_uuid is not None and obj.get("parentUuid") == self._meta_uuid:
+                ev.detail = "bookkeeping"  # the answer to Claude Code's own meta prompt (a resume)
+                return
             # Synthetic records Claude Code writes in place of a reply
             # (e.g. "No response requested."): not a normal success.
             ev.kind = ERROR
@@ -350,6 +517,7 @@ class FileDecoder:
         if "tool_use" in kinds or "server_tool_use" in kinds:
             ev.kind = WORK
             ev.detail = "tool_use"
+            self._wakes_at = None  # work after an armed wakeup: the wakeup was not the turn's end
             for block in content if isinstance(content, list) else ():
                 name = block.get("name") if isinstance(block, dict) and block.get("type") == "tool_use" else None
                 if isinstance(name, str) and name in _WAIT_TOOLS:
@@ -384,8 +552,12 @@ class FileDecoder:
 # -- hooks -------------------------------------------------------------------
 #: ``StopFailure`` ``error`` values (Claude Code hooks reference) → error kinds.
 _STOP_FAILURE_KINDS = STOP_FAILURE_KINDS
-#: ``Notification`` ``notification_type`` values that mean the user must act.
-_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
+#: ``Notification`` ``notification_type`` values that mean the user must act
+#: (``agent_needs_input``, 2.1.198: a background agent needs the user).
+_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation",
+                       "agent_needs_input": "question"}
+#: ``Notification`` ``notification_type`` values that end an elicitation wait.
+_NOTIFICATION_ENDS = ("elicitation_response", "elicitation_complete")
 
 
 def project_hook(name: str, obj: dict, ts: float) -> Event | None:
@@ -395,8 +567,11 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
     ``name`` is ``hook_event_name``. Fields used (Claude Code hooks
     reference, 2.1.x): ``tool_name`` (PermissionRequest), ``notification_type``
-    (Notification: ``permission_prompt``, ``elicitation_dialog``; ``idle_prompt``
-    adds nothing: the turn end was already seen), ``error`` (StopFailure),
+    (Notification: ``permission_prompt``, ``elicitation_dialog`` and
+    ``agent_needs_input`` are waits; ``elicitation_response`` and
+    ``elicitation_complete`` end a wait; ``idle_prompt`` adds nothing: the
+    turn end was already seen; ``agent_completed`` is a background agent's
+    end, not the main thread's), ``error`` (StopFailure),
     ``background_tasks`` (Stop: background work still running is not the
     user's turn). A subagent's hook carries ``agent_id``; its permission
     prompt still blocks the whole session, so it is the session's wait.
@@ -409,10 +584,14 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         ev.reason = _WAIT_TOOLS.get(tool or "", "permission")
     elif name == "Notification":
         ntype = obj.get("notification_type")
-        reason = _NOTIFICATION_WAITS.get(ntype) if isinstance(ntype, str) else None
+        ntype = ntype if isinstance(ntype, str) else ""
+        if ntype in _NOTIFICATION_ENDS:
+            ev.kind, ev.ends_wait, ev.detail = WORK, True, ntype
+            return ev
+        reason = _NOTIFICATION_WAITS.get(ntype)
         if reason is None:
             return None
-        ev.kind, ev.reason = WAIT, reason
+        ev.kind, ev.reason, ev.detail = WAIT, reason, ntype
     elif name in ("PostToolUse", "PostToolUseFailure", "PermissionDenied"):
         ev.kind = WORK
     elif name == "UserPromptSubmit":
@@ -420,7 +599,8 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     elif name == "Stop":
         tasks = obj.get("background_tasks")
         if isinstance(tasks, list) and tasks:
-            ev.kind = WORK  # background agents still run; they wake the agent again
+            # background agents still run; they wake the agent again
+            ev.kind, ev.cont, ev.detail = WORK, True, f"background_agents_pending:{len(tasks)}"
         else:
             ev.kind, ev.final = COMPLETE, True
     elif name == "StopFailure":

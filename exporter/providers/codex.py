@@ -29,6 +29,19 @@ Format facts (from the files in ``shared/transcripts/codex``, Codex ~0.2x …
   (0.131) or the parent's own, and whose ``turn_id`` (UUIDv7) predates the
   fork's id.
 - No per-line id: identity is a digest of the line bytes.
+- A user's ``!cmd`` (0.152) runs as a task of its own: ``task_started``, an
+  ``exec_command_end`` with ``source: user_shell``, a user message
+  ``<user_shell_command>…``, ``task_complete`` with ``last_agent_message:
+  null`` (openai/codex#2471, #26393). A manual ``/compact`` is a task whose
+  only work is the compaction (``compacted``, ``context_compacted``,
+  ``item_completed`` of a ``ContextCompaction`` item). Neither is a turn.
+- ``turn_context.approvals_reviewer`` (0.171: ``user``; ``auto_review`` when
+  Codex's own reviewer approves requests first).
+- ``/goal`` (0.146 file): ``event_msg`` ``thread_goal_updated`` with
+  ``goal.status`` (``active``, ``paused``, ``blocked``, ``usage_limited``,
+  ``budget_limited``, ``complete``: strings in the 0.171 binary). While a goal
+  is ``active`` Codex starts the next turn by itself, so a ``task_complete``
+  is not the user's turn yet; the update that ends the goal is.
 """
 
 from __future__ import annotations
@@ -133,6 +146,13 @@ def _error_kind(payload: dict) -> str:
     return "api_error"
 
 
+def _is_compaction(item) -> bool:
+    """An ``item_completed`` item that is a context compaction (``type``
+    ``ContextCompaction`` / ``context_compaction``)."""
+    kind = item.get("type") if isinstance(item, dict) else None
+    return isinstance(kind, str) and kind.replace("_", "").lower() == "contextcompaction"
+
+
 def _v7_ms(uuid: str | None) -> int | None:
     """Milliseconds since the epoch in a UUIDv7 (Codex session and turn ids
     in current versions), else ``None``."""
@@ -166,6 +186,11 @@ class FileDecoder:
         self._replaying = False
         self._subagent = False
         self._marked = False  # task_started seen: every turn ends with a marker
+        self._task: str | None = None  # the open task: "open" (undecided), "turn", "shell", "compact"
+        self._task_turn: str | None = None  # its turn_id
+        self._review = False  # the turn's approvals go to Codex's reviewer first
+        self._goal_active = False  # a /goal is active: Codex continues by itself
+        self._held_turn: str | None = None  # a task_complete held for the goal (its turn id)
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
@@ -183,14 +208,54 @@ class FileDecoder:
             self._replaying = self._predates_fork(ev.turn_id, ts)
         if self._replaying or (self._fork_ts is not None and ts is not None and ts < self._fork_ts):
             ev.kind = META  # replayed parent history in a fork
-        elif ev.kind == START and ev.detail in ("task_started", "turn_started"):
-            self._marked = True
-        elif ev.kind == OUTPUT and self._marked:
-            ev.marker_certain = True
-        if (self._subagent or self.sidechain_file) and ev.kind != META:
-            ev.sidechain = True
-            ev.kind = ACTIVITY
+        else:
+            self._in_task(ev)
+        if self._subagent or self.sidechain_file:
+            ev.undo = False  # a subagent's tasks never take back the parent's turn
+            if ev.kind != META:
+                ev.sidechain = True
+                ev.kind = ACTIVITY
+        ev.pending = ""  # a transcript record (what resumes the agent by itself, as the rollout says)
+        if ev.kind == COMPLETE and self._goal_active and not ev.sidechain:
+            ev.kind, ev.cont, ev.detail = WORK, True, "goal_active"  # Codex starts the next goal turn itself
+            self._held_turn = ev.turn_id
+        elif ev.kind == START:
+            self._held_turn = None
+        if self._goal_active:
+            ev.pending = "goal_active"
+        ev.review = self._review
+        ev.marker_only = self._marked and self._task is not None
         return ev
+
+    def _in_task(self, ev: Event) -> None:
+        """Tasks (``task_started`` … ``task_complete``): a task is a turn
+        unless its first work is a user's shell command or a compaction; then
+        that record takes the task's start back (``undo``) and the rest of the
+        task is ``META`` (no page, the state stays what it was)."""
+        detail = ev.detail
+        if ev.kind == START and detail in ("task_started", "turn_started"):
+            self._marked = True
+            self._task, self._task_turn = "open", ev.turn_id
+            return
+        task = self._task
+        if task is None:
+            if ev.kind == OUTPUT and self._marked:
+                ev.marker_certain = True
+            return
+        if ev.turn_id is None:
+            ev.turn_id = self._task_turn  # the turn keeps its id, whatever record follows
+        ends = detail in ("task_complete", "turn_complete", "turn_aborted")
+        if task == "open" and detail in ("user_shell", "compaction"):
+            self._task = "shell" if detail == "user_shell" else "compact"
+            ev.kind, ev.undo, ev.detail = META, True, f"{self._task}_task"
+        elif task in ("shell", "compact"):
+            ev.kind, ev.detail = META, f"{task}_{detail}"  # not a turn of the agent
+        elif task == "open" and ev.kind not in (META, ACTIVITY, SESSION):
+            self._task = "turn"
+        if ev.kind == OUTPUT:
+            ev.marker_certain = True
+        if ends:
+            self._task = None
 
     def _predates_fork(self, turn_id: str, ts: float | None) -> bool:
         turn_ms = _v7_ms(turn_id)
@@ -234,6 +299,11 @@ class FileDecoder:
             cwd = payload.get("cwd")
             ev.cwd = cwd if isinstance(cwd, str) else None
             ev.detail = "turn_context"
+            reviewer = payload.get("approvals_reviewer")
+            self._review = isinstance(reviewer, str) and reviewer != "user"
+            return ev
+        if rtype == "compacted":
+            ev.detail = "compaction"
             return ev
         if rtype == "event_msg":
             if ptype in ("task_started", "turn_started"):
@@ -262,14 +332,32 @@ class FileDecoder:
                 msg = payload.get("message")
                 ev.kind, ev.detail = OUTPUT, "agent_message"
                 ev.text = msg[:_EXCERPT_CHARS] if isinstance(msg, str) else None
+            elif ptype == "exec_command_end" and payload.get("source") == "user_shell":
+                ev.detail = "user_shell"  # the user's own `!cmd`
+            elif ptype == "context_compacted" or (ptype == "item_completed" and _is_compaction(payload.get("item"))):
+                ev.detail = "compaction"
+
             elif ptype in _WORK_EVENTS:
                 ev.kind, ev.detail = WORK, ptype
             elif ptype == "stream_error":
                 ev.kind, ev.detail = ACTIVITY, "stream_error_retry"
+            elif ptype == "thread_goal_updated":
+                self._goal(payload.get("goal"), ev)
             return ev
         if rtype == "response_item":
             return self._item(payload, ev)
         return ev
+
+    def _goal(self, goal, ev: Event) -> None:
+        """A ``thread_goal_updated``: note whether the goal keeps Codex going;
+        the update that ends it after a held ``task_complete`` is that turn's end."""
+        status = goal.get("status") if isinstance(goal, dict) else None
+        if not isinstance(status, str):
+            return
+        was, self._goal_active = self._goal_active, status == "active"
+        if was and not self._goal_active and self._held_turn is not None:
+            ev.kind, ev.detail, ev.turn_id = COMPLETE, "goal_" + status[:32], self._held_turn
+            self._held_turn = None
 
     def _item(self, item: dict, ev: Event) -> Event:
         itype = item.get("type")
@@ -283,6 +371,9 @@ class FileDecoder:
                 ev.text = text[:_EXCERPT_CHARS] if text else None
             elif role == "user" and text is not None and text.lstrip().startswith("<turn_aborted>"):
                 ev.kind, ev.detail = INTERRUPT, "turn_aborted_marker"
+            elif role == "user" and text is not None and text.lstrip().startswith("<user_shell_command>"):
+                ev.detail = "user_shell"
+
         elif itype in _TOOL_CALLS or (isinstance(itype, str) and itype.endswith("_output")):
             ev.kind, ev.detail = WORK, itype
             name = item.get("name")
@@ -314,7 +405,13 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     ``name`` is ``hook_event_name``; ``turn_id`` names the turn (the
     rollout's ``turn_id``). Codex does not persist approval requests in its
     rollouts: ``PermissionRequest`` (``tool_name``, ``tool_input``) is the
-    only evidence of a permission prompt.
+    only evidence of a permission prompt; it fires before Codex routes the
+    request, also when its own reviewer then approves it (openai/codex#28833;
+    the reducer holds it while the rollout says ``approvals_reviewer`` is not
+    ``user``). ``Interrupt`` (0.152, main thread only) is the user stopping
+    the turn. A ``Stop`` hook ends nothing in a rollout that writes
+    ``task_started`` (it can run mid-turn, 0.150): the reducer waits for
+    ``task_complete``.
     """
     turn_id = obj.get("turn_id")
     ev = Event(META, ts=ts, detail=name, turn_id=turn_id if isinstance(turn_id, str) else None)
@@ -330,6 +427,8 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         ev.kind = START
     elif name == "Stop":
         ev.kind, ev.final = COMPLETE, True
+    elif name == "Interrupt":  # 0.152, main thread only: the user stopped the turn (a prompt open or not)
+        ev.kind = INTERRUPT
     elif name == "StopFailure":  # in Codex's generated hook schemas, not yet in its docs
         err = obj.get("error")
         err = err if isinstance(err, str) else ""
