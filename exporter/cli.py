@@ -161,11 +161,13 @@ def _hook(args) -> int:
 
             state_dir = default_state_dir(state_dir)
         outcome = send(args.agent, body, args.url, state_dir, timeout=args.timeout, max_body_bytes=limit)
-        if outcome in ("refused", "dropped"):  # lost: the user must hear of it
-            log.warning("hook: event %s (%s)%s", outcome, redact_url(args.url),
-                        ": the exporter refused it (a wrong hook secret? run `hooks install` again)"
-                        if outcome == "refused" else ": it could not be spooled (full disk, or a spool "
-                        "folder that is not yours)")
+        if outcome in ("refused", "rejected", "dropped"):  # lost: the user must hear of it
+            why = {"refused": ": the exporter refused it (a wrong hook secret or password? run `hooks install` "
+                              "again, with the exporter's --config.file)",
+                   "rejected": ": the exporter answered that it is not a hook event it takes (see its "
+                               "coding_agent_hook_errors_total)",
+                   "dropped": ": it could not be spooled (full disk, or a spool folder that is not yours)"}[outcome]
+            log.warning("hook: event %s (%s)%s", outcome, redact_url(args.url), why)
         elif outcome != "sent":
             log.info("hook: event %s (%s)", outcome, redact_url(args.url))
     except Exception as e:  # noqa: BLE001 - a hook must never fail the agent
@@ -349,10 +351,13 @@ def _note_state_dir(cfg) -> None:
     """Tell commands run without ``--config.file`` (agents' hooks) where this
     exporter's state folder is (:func:`.hooks.note_state_dir`)."""
     from .config import Config
-    from .hooks import note_state_dir
+    from .hooks import default_state_dir, note_state_dir
 
+    default = Config().resolved_state_dir()
     try:
-        note_state_dir(cfg.resolved_state_dir(), Config().resolved_state_dir())
+        if not note_state_dir(cfg.resolved_state_dir(), default):
+            log.info("hook commands run without --config.file keep using the state_dir of the exporter "
+                     "already running on %s; give them --config.file to reach this one", default_state_dir(default))
     except OSError as e:
         log.warning("cannot note the state_dir for hook commands run without --config.file: %s", e.strerror or e)
 

@@ -106,7 +106,7 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
     ``received_at`` (Unix seconds). Raises :class:`HookError` with reason
     ``unknown_agent``, ``invalid_json``, ``not_object`` or ``no_session``."""
     mod = PROVIDER_MODULES.get(provider)
-    if mod is None:
+    if mod is None or not hasattr(mod, "project_hook"):  # no such agent, or one without hooks (Pi)
         raise HookError("unknown_agent")
     try:
         obj = decode_line(body)  # the transcripts' decoder: lone surrogates (text cut in an emoji) kept
@@ -404,23 +404,47 @@ def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
 POINTER_FILE = "exporter-state-dir"
 
 
-def note_state_dir(state_dir: Path, default_dir: Path) -> None:
+def note_state_dir(state_dir: Path, default_dir: Path) -> bool:
     """Called by ``run``: when ``state_dir`` is not ``default_dir`` (the
     platform's default), write its path to ``default_dir/exporter-state-dir``
     (0600), so that the ``hook`` command and ``hooks install`` run without
     ``--config.file`` find the hook secret and the spool of this exporter;
     when it is the default, remove a pointer left by another configuration.
-    Raises ``OSError``."""
+    A pointer naming the state folder of another exporter that is still
+    running (its ``lock`` held) is left alone: a second exporter (a trial
+    run, a test) never takes the hooks of the one that runs for the agents.
+    Returns False when it left such a pointer, else True. Raises ``OSError``."""
     pointer = Path(default_dir) / POINTER_FILE
+    current = default_state_dir(default_dir)
+    if current.absolute() != Path(state_dir).absolute() and _in_use(current):
+        return False
     if Path(state_dir).absolute() == Path(default_dir).absolute():
         pointer.unlink(missing_ok=True)
-        return
+        return True
     Path(default_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = pointer.with_name(f".{POINTER_FILE}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(str(Path(state_dir).absolute()) + "\n")
     os.replace(tmp, pointer)
+    return True
+
+
+def _in_use(state_dir: Path) -> bool:
+    """An exporter holds ``state_dir``'s lock now (:func:`.persist.lock_state_dir`)."""
+    from filelock import FileLock, Timeout
+
+    if not (Path(state_dir) / "lock").exists():
+        return False
+    lock = FileLock(Path(state_dir) / "lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    except OSError:
+        return False
+    lock.release()
+    return False
 
 
 def default_state_dir(default_dir: Path) -> Path:
@@ -453,7 +477,8 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
     secret of ``state_dir`` (:func:`read_secret`); when it cannot be
     reached (connection refused, timeout, 5xx), spool it under
     ``state_dir/hook-spool``. Never raises: returns ``sent``, ``spooled``,
-    ``refused`` (the exporter answered 4xx: a wrong secret, a bad body) or
+    ``refused`` (the exporter answered 401/403: a wrong secret or
+    credentials), ``rejected`` (another 4xx: not a hook event, too large) or
     ``dropped`` (could not spool).
     """
     at = time.time() if at is None else at
@@ -475,8 +500,10 @@ def send(provider: str, body: bytes, url: str, state_dir: Path, timeout: float =
             resp.read(1024)
         return "sent"
     except urllib.error.HTTPError as e:
-        if e.code < 500:
+        if e.code in (401, 403):
             return "refused"
+        if e.code < 500:
+            return "rejected"
     except (OSError, ValueError):
         pass
     return "spooled" if spool(state_dir, provider, body, at) else "dropped"

@@ -338,8 +338,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"The hooks run {exe}: if you move or delete it (the clone or virtual environment it is in, or a "
               "switch to pipx), run `hooks install` again.")
     if args.agent == "codex":
+        config_toml = Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "config.toml"
         print("Codex versions that still keep hooks behind a feature flag also need `codex_hooks = true` under "
-              "`[features]` in ~/.codex/config.toml. Restart Codex, then review the hooks with /hooks.")
+              f"`[features]` in {config_toml}. Restart Codex, then review the hooks with /hooks.")
     elif args.agent == "copilot_cli":
         print(f"Restart Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set to load them.")
     else:

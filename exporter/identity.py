@@ -33,6 +33,10 @@ DUPLICATE, COPY, OWN = 0, 1, 2
 #: session must lie to be taken for a copy: a prompt is stamped a little
 #: before the file that holds it is written.
 COPY_SLACK_SECONDS = 60.0
+#: Identities of forgotten sessions kept a while (a file renamed or moved is
+#: forgotten under its old path before it is read under the new one: its
+#: records are still copies then). Bounded: about 100 bytes each.
+GONE_KEPT = 65536
 
 _MISSING = object()
 
@@ -43,10 +47,12 @@ class Identity:
     one dict entry per record of the sessions kept; :meth:`forget` drops a
     session's entries when the session is forgotten."""
 
-    __slots__ = ("first",)
+    __slots__ = ("first", "gone")
 
     def __init__(self) -> None:
         self.first: dict = {}
+        #: ``ident → record time`` of sessions forgotten lately (oldest first).
+        self.gone: dict = {}
 
     def judge(self, seen: set, ident, ts: float | None, foreign: bool = False, born: float | None = None) -> int:
         """Judge one record of a session whose identities are ``seen`` (the
@@ -58,6 +64,10 @@ class Identity:
             return DUPLICATE
         seen.add(ident)
         t0 = self.first.get(ident, _MISSING)
+        if t0 is _MISSING and self.gone:
+            t0 = self.gone.pop(ident, _MISSING)  # a forgotten session's record (a renamed file)
+            if t0 is not _MISSING:
+                self.first[ident] = t0
         if t0 is _MISSING:
             self.first[ident] = ts
         elif t0 == ts:
@@ -67,10 +77,16 @@ class Identity:
         return OWN
 
     def forget(self, seen: set) -> None:
-        """Drop the identities of a forgotten session (its ``seen`` set)."""
-        first = self.first
+        """Drop the identities of a forgotten session (its ``seen`` set); the
+        newest :data:`GONE_KEPT` of all forgotten sessions are kept aside, so
+        that a renamed or moved file read again soon after is a copy."""
+        first, gone = self.first, self.gone
         for ident in seen:
-            first.pop(ident, None)
+            t = first.pop(ident, _MISSING)
+            if t is not _MISSING:
+                gone[ident] = t
+        while len(gone) > GONE_KEPT:
+            del gone[next(iter(gone))]
 
     def merge(self, other: Identity) -> None:
         """Take over the identities of a store that read other files (a

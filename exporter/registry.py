@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 from prometheus_client import Counter, Gauge
 from watchdog import events as wd_events
 from watchdog.observers import Observer
@@ -93,6 +92,8 @@ def process_started(pid: int) -> float | None:
     """The start time (Unix seconds, psutil ``create_time``) of the live
     process ``pid``; None when there is none (or only a zombie). Raises
     ``psutil.AccessDenied`` when the OS does not say."""
+    import psutil  # here: not imported on the start path (its Linux module needs ``resource``)
+
     try:
         p = psutil.Process(pid)
         created = p.create_time()
@@ -151,6 +152,7 @@ class Registry:
         self._watched: dict[str, object] = {}
         self._next_poll = 0.0
         self._first = True
+        self._said = False  # the start-up line naming the folders was logged
         self._waits: dict[str, _Wait] = {}
         self._domain = own_pid_domain()
         self._clock_ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -170,10 +172,19 @@ class Registry:
 
     # -- file events -------------------------------------------------------
     def _watch(self) -> None:
+        if self._observer is False:
+            return  # file events cannot be had: the poll covers the folder
         if self._observer is None:
-            self._observer = Observer()
-            self._observer.daemon = True
-            self._observer.start()
+            try:
+                observer = Observer()
+                observer.daemon = True
+                observer.start()
+            except OSError as e:  # e.g. the inotify instance limit: said once, polled from now on
+                log.warning("no file events for the session registry (%s); polling it every %g s", e.strerror or e,
+                            self.poll_interval)
+                self._observer = False
+                return
+            self._observer = observer
         handler = _Handler(self)
         for folder in self.folders:
             key = str(folder)
@@ -191,7 +202,7 @@ class Registry:
         self._wake(path)
 
     def stop(self) -> None:
-        if self._observer is not None:
+        if self._observer:
             try:
                 self._observer.stop()
                 self._observer.join(timeout=5)
@@ -289,6 +300,8 @@ class Registry:
 
     def _alive(self, rec: creg.Record) -> bool:
         """The record's process is alive and started when ``procStart`` says."""
+        import psutil
+
         try:
             started = process_started(rec.pid)
         except psutil.AccessDenied:
@@ -314,7 +327,8 @@ class Registry:
             return False
 
     def _step(self, daemon) -> bool:
-        if self._first:
+        if self._first and not self._said:
+            self._said = True
             for folder in self.folders:
                 log.info("reading Claude Code's session registry in %s (it %s)", folder,
                          "exists" if folder.is_dir() else "does not exist yet")

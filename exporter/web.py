@@ -233,7 +233,7 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: f
 
     def app(environ, start_response):
         provider = environ.get("PATH_INFO", "")[len("/hooks/"):]
-        if provider not in PROVIDER_MODULES:
+        if not hasattr(PROVIDER_MODULES.get(provider), "project_hook"):  # no such agent, or no hooks (Pi)
             inbox.metrics.hook_errors.labels("unknown_agent").inc()
             return reply(start_response, "404 Not Found", b"unknown agent\n")
         if environ.get("REQUEST_METHOD") != "POST":

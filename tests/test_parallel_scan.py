@@ -23,7 +23,9 @@ def _layout(dest: Path) -> Path:
         elif "subagent" in f.name:  # a subagent of the session before it
             out = root / "claude" / f"-p{(i - 1) % 3}" / f"s{i - 1:02d}" / "subagents" / f"agent-{f.stem[-7:]}.jsonl"
         else:
-            out = root / "claude" / f"-p{i % 3}" / f"s{i:02d}.jsonl"
+            # the files of one case (its parts, a lead and its teammates) share a session: one project folder
+            group = i if "cases" not in f.parts else sum(f.name.split("_")[0].encode())
+            out = root / "claude" / f"-p{group % 3}" / f"s{i:02d}.jsonl"
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(f, out)
     return root

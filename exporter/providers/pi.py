@@ -176,7 +176,4 @@ class FileDecoder:
             text = _text_of(msg.get("content"))
             ev.kind, ev.text = OUTPUT, (text[:_EXCERPT_CHARS] if text else None)
 
-
-def project_hook(name: str, obj: dict, ts: float) -> Event | None:
-    """Pi has no hooks: every body says nothing of the state (``None``)."""
-    return None
+# Pi has no hooks: no ``project_hook``, so ``/hooks/pi`` and ``hook --agent pi`` do not exist.
