@@ -162,7 +162,8 @@ class Pager:
                     self.ledger[key] = {"status": "seen", "at": now}
                     changed = True
                 backfill += 1
-                self.decided(s, unit, kind, "backfill: read as history at start-up", level=logging.DEBUG)
+                self.decided(s, unit, kind, "not news: history (read at start-up, a copy of another session's records, or "
+                             "a file read again from its start)", level=logging.DEBUG)
                 continue
             if kind not in rules.kinds:
                 self.decided(s, unit, kind, f"kind off (alerts.kinds.{kind}: false)")
@@ -190,7 +191,8 @@ class Pager:
             made.append(p)
             changed = True
         if backfill:
-            log.info("not paging %d turn end(s) read as history at start-up (backfill); "
+            log.info("not paging %d turn end(s) that were not news (history read at start-up, copies, or a "
+                     "file read again); "
                      "--log.level debug names them", backfill)
         return made, dups, changed
 
