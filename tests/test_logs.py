@@ -80,7 +80,7 @@ def test_every_page_decision_is_one_info_line(tmp_path):
         write(codex_path(tmp_path, sub.sid), meta + sub.start() + sub.answer() + sub.complete())
 
         # Backfill: one summary line at INFO (the session is named at DEBUG only).
-        assert any(r["msg"].startswith("not paging 1 turn end(s) read as history") for r in _lines(exp))
+        assert any(r["msg"].startswith("not paging 1 turn end(s) that were not news") for r in _lines(exp))
         assert _decisions(exp, old.sid) == []
         time.sleep(1.0)
         # One line per decision, and nothing from Apprise or watchdog at INFO.
