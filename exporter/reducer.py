@@ -253,10 +253,13 @@ class SessionReducer:
 
     def _undo(self, ev: Event) -> None:
         """The turn just started was not one (``undo``): back to the state
-        before its start, when nothing but that start has happened since."""
+        before its start, when nothing but that start (and, within the same
+        ``turn_id``, assistant output) has happened since."""
         b, last = self._before, self._last
-        if b is None or last is None or last.kind != START or (ev.turn_id and self.turn != ev.turn_id):
+        if b is None or last is None or (ev.turn_id and self.turn != ev.turn_id):
             return
+        if last.kind != START and not (last.kind == OUTPUT and ev.turn_id):
+            return  # (an answer of the same task may stand between: Codex 0.171 /compact)
         (self._last, self._last_key, self._last_live, self.turn, self._turn_auto, self._turn_start,
          self._turn_error, self._wait, n) = b
         del self.passed[n:]

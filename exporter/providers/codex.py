@@ -229,7 +229,9 @@ class FileDecoder:
 
     def _in_task(self, ev: Event) -> None:
         """Tasks (``task_started`` … ``task_complete``): a task is a turn
-        unless its first work is a user's shell command or a compaction; then
+        unless its first work (an assistant message aside) is a user's shell
+        command or a compaction (a manual ``/compact``; 0.171 first writes an
+        assistant ``message``, then ``compacted``); then
         that record takes the task's start back (``undo``) and the rest of the
         task is ``META`` (no page, the state stays what it was)."""
         detail = ev.detail
@@ -250,7 +252,9 @@ class FileDecoder:
             ev.kind, ev.undo, ev.detail = META, True, f"{self._task}_task"
         elif task in ("shell", "compact"):
             ev.kind, ev.detail = META, f"{task}_{detail}"  # not a turn of the agent
-        elif task == "open" and ev.kind not in (META, ACTIVITY, SESSION):
+        elif task == "open" and ev.kind not in (META, ACTIVITY, SESSION, OUTPUT):
+            # (an assistant message alone does not make the task a turn yet: a manual
+            # /compact writes the summary request's answer before ``compacted``, 0.171)
             self._task = "turn"
         if ev.kind == OUTPUT:
             ev.marker_certain = True
