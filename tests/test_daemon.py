@@ -265,6 +265,9 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
                 except OSError:
                     return False
             wait_for(up, timeout=20, what="/metrics")
+            # (the start-up lines come from the reader thread, a moment after /metrics answers)
+            wait_for(lambda: f"waiting for codex folder {tmp_path}/.codex/sessions" in log.read_text(),
+                     timeout=10, what="the start-up lines")
             text = log.read_text()
             assert f"waiting for claude_code folder {tmp_path}/.claude/projects" in text
             assert f"waiting for codex folder {tmp_path}/.codex/sessions" in text
