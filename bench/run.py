@@ -139,8 +139,19 @@ import sys, time
 import orjson
 from coding_agent_exporter.config import Config
 from coding_agent_exporter.decode import LineError, decode_line
-from coding_agent_exporter.scan import _discover, _read_files, make_store, sniff_provider
-from coding_agent_exporter.store import PROVIDER_MODULES
+from coding_agent_exporter.scan import _discover
+try:  # the core of issue 19: a file table that reads, the store that applies
+    from coding_agent_exporter.files import make_reader
+    from coding_agent_exporter.providers import PROVIDER_MODULES, sniff as sniff_provider
+
+    def read_all(files):
+        make_reader(Config())[1].read_all(files)
+except ImportError:  # an older tree (bench --baseline)
+    from coding_agent_exporter.scan import _read_files, make_store, sniff_provider
+    from coding_agent_exporter.store import PROVIDER_MODULES
+
+    def read_all(files):
+        _read_files(make_store(Config()), files)
 from coding_agent_exporter.tailer import Tailer
 
 files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size in _discover([sys.argv[1]], Config(), None)]
@@ -149,7 +160,7 @@ files = [(fp, prov or sniff_provider(fp), root, size) for fp, prov, root, size i
 def stage(n):
     t = time.process_time()
     if n == 4:
-        _read_files(make_store(Config()), files)
+        read_all(files)
         return time.process_time() - t
     for fp, prov, _root, _size in files:
         tl, dec = Tailer(fp, 16 << 20), PROVIDER_MODULES[prov].FileDecoder()

@@ -35,7 +35,8 @@ from .metrics import Metrics
 from .names import ALERT_KINDS
 from .persist import load_json, save_json
 from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
-from .store import PROVIDER_MODULES, Session, Transition, project_label
+from .providers import PROVIDER_MODULES
+from .store import Session, Transition, project_label
 
 if TYPE_CHECKING:  # imported where a target is built: start-up without alerts does not load it
     import apprise

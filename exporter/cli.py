@@ -198,7 +198,7 @@ def _scan(args, cfg) -> int:
     from .scan import format_table, print_progress, scan
 
     if not args.paths:
-        from .sources import configured_roots
+        from .roots import configured_roots
 
         roots = configured_roots(cfg)
         args.paths = [str(root) for _prov, root in roots if root.is_dir()]
@@ -242,7 +242,6 @@ def _scan(args, cfg) -> int:
 def _check(cfg) -> int:
     from .alerts import describe_targets
     from .roots import configured_roots, describe_root
-    from .store import PROVIDER_MODULES
 
     for prov, root in configured_roots(cfg):
         print(f"{prov}: {root} ({describe_root(prov, root)})")

@@ -1,9 +1,12 @@
-"""The followed-file table's daemon side: reading a followed or new file
-(:meth:`FileTable.read`), the poll of every followed file's stat and the
-walk of the roots for new and changed history files (:meth:`FileTable.poll`),
-the folders the watcher reports (:meth:`FileTable.on_dir`), and the history
-index of the files left unread at start-up. The per-file state (tailer,
-decoder, session) is the store's (``SessionStore.track/skip/forget``).
+"""The followed-file table: every followed file's state (tailer, decoder,
+the session it is bound to), reading it (:meth:`FileTable.refresh`, batches
+handed to the store, which applies them through :mod:`exporter.ingest`),
+the one-shot and start-up reads of many files (:meth:`FileTable.read_all`),
+and, for the daemon, reading a followed or new file (:meth:`FileTable.read`),
+the poll of every followed file's stat and the walk of the roots for new and
+changed history files (:meth:`FileTable.poll`), the folders the watcher
+reports (:meth:`FileTable.on_dir`), and the history index of the files left
+unread at start-up.
 """
 
 from __future__ import annotations
@@ -15,11 +18,21 @@ import threading
 import time
 from pathlib import Path
 
+from types import ModuleType
+
 from . import checkpoint
+from .decode import decode_line
+from .events import SESSION
 from .history import HistoryIndex
+from .providers import PROVIDER_MODULES, sniff
 from .roots import WalkStats, walk_jsonl
+from .tailer import Tailer
 
 log = logging.getLogger("exporter.daemon")
+
+#: Bytes of a history file's first line read when the provider names the
+#: session there (Codex ``session_meta``).
+HISTORY_HEAD_BYTES = 1 << 20
 
 #: The poll walks the roots at most once per this many times the last
 #: walk's duration (1 % of a core; see Daemon._poll).
@@ -39,14 +52,65 @@ def short_of_fds(f) -> bool:
     return f.failing in (errno.EMFILE, errno.ENFILE)
 
 
-class FileTable:
-    """Follows the files under ``roots`` for ``store``; ``queue`` is the
-    change queue the watcher fills (``pending(path)``), ``watcher`` the
-    watcher or None, ``stop`` an event that ends a long read early. Runs on
-    the reader thread only (``on_dir`` excepted: any thread)."""
+class _File:
+    """One followed file: its ``tailer`` (offset, fingerprint), the
+    provider's ``decoder`` (None while a history file has not been appended
+    to), the ``session`` it is bound to, and what its name says
+    (``name_sid``, ``sidechain``: the provider's ``classify_path``)."""
 
-    def __init__(self, store, roots, queue, metrics, watcher=None):
-        self.store, self.roots, self.queue, self.metrics, self.watcher = store, roots, queue, metrics, watcher
+    __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
+                 "failing", "first_live", "head", "head_unread", "born")
+
+    def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
+        self.path = path
+        self.provider = provider
+        self.tailer = tailer
+        self.decoder = provider.FileDecoder(sidechain_file=sidechain, file_session=sid)
+        self.session = None  # the store's Session it is bound to (ingest.bind)
+        self.sidechain = sidechain
+        self.name_sid = sid
+        self.last_ts: float | None = None
+        self.failing = False  # the last read failed (logged once until it recovers)
+        self.first_live: bool | None = None  # liveness of a first read that failed
+        #: The file's ``SESSION`` event (Codex ``session_meta``): binds the
+        #: file to its session again after the session expired, or when the
+        #: file was skipped as history.
+        self.head = None
+        self.head_unread = False  # skipped as history: the head is read at the first append
+        #: The file's first write as far as news goes (Unix seconds): when it
+        #: was first seen live, or the checkpoint's time for a file made while
+        #: the exporter was down; None for history and backfill (see identity).
+        self.born: float | None = None
+
+    def new_decoder(self):
+        """A fresh decoder of the provider for this file (at its first read, or after a reset)."""
+        return self.provider.FileDecoder(sidechain_file=self.sidechain, file_session=self.name_sid)
+
+    def __getstate__(self):  # a start-up reader process hands files back (parallel.read_start_up)
+        return {k: (self.provider.NAME if k == "provider" else getattr(self, k)) for k in self.__slots__}
+
+    def __setstate__(self, state: dict) -> None:
+        for k, v in state.items():
+            setattr(self, k, PROVIDER_MODULES[v] if k == "provider" else v)
+
+
+class FileTable:
+    """The files followed for ``store`` (:class:`~.store.SessionStore`,
+    which applies what they say): ``files`` maps a path to its
+    :class:`_File`. ``max_line_bytes``: the tailer's line cap. For the
+    daemon also ``roots`` (:class:`~.roots.Roots`: which paths are
+    followed), ``queue`` (the change queue the watcher fills:
+    ``pending(path)``, ``wake()``), ``watcher`` (or None) and ``stop`` (an
+    event that ends a long read early); a one-shot reader (``scan``, tests)
+    needs none of them. Runs on the reader thread only (``on_dir``
+    excepted: any thread)."""
+
+    def __init__(self, store, max_line_bytes: int, roots=None, queue=None, watcher=None):
+        self.store, self.roots, self.queue, self.watcher = store, roots, queue, watcher
+        self.metrics = store.metrics
+        self.max_line_bytes = max_line_bytes
+        self.files: dict[str, _File] = {}
+        self._watched_gauges: dict = {}
         self.stop = threading.Event()
         #: Files the start-up scan left as history, followed from their end once they change.
         self.history = HistoryIndex()
@@ -60,32 +124,232 @@ class FileTable:
         self._walk_reading = 0.0  # seconds the last walk spent reading the files it found
         self._folders: dict[str, int] = {}  # root → folders its last walk listed
 
+    # -- one file ------------------------------------------------------------
+    def track(self, path: str, provider: str, root: Path | None = None, role=False,
+              born: float | None = None) -> bool:
+        """Start following ``path`` for ``provider``. Returns False when the
+        provider says the file is not a transcript. ``role``: what the
+        provider's ``classify_path`` said of it, when the caller knows;
+        ``born``: when its news begins (see :class:`_File`)."""
+        if path in self.files:
+            return True
+        mod = PROVIDER_MODULES[provider]
+        if role is False:
+            role = mod.classify_path(root or os.path.dirname(path), path)
+        if role is None:
+            return False
+        sid, sidechain = role
+        f = self.files[path] = _File(path, mod, Tailer(path, self.max_line_bytes), sid, sidechain)
+        f.born = born
+        self.watched(provider).inc()
+        return True
+
+    def skip(self, path: str, provider: str, root: Path | None = None, role=False,
+             st: tuple | None = None) -> int | None:
+        """Follow ``path`` from its end without decoding it (history, see
+        ``sources.skip_history``); ``st`` is its ``(st_ino, st_size,
+        st_mtime_ns)`` (the file is then not even opened). Nothing of it is
+        needed to tell a resumed or forked session's replay of it: the copy
+        says so itself (Claude records naming another session, Codex
+        ``forked_from_id``). Where the provider names the session in the
+        first record only (``SESSION_IN_FIRST_RECORD``: Codex
+        ``session_meta`` gives the id, cwd, subagent parent and fork point),
+        that record is read at the first append. Returns the bytes skipped,
+        or None when the file is no transcript or cannot be read (the caller
+        then reads it as usual)."""
+        if not self.track(path, provider, root, role):
+            return None
+        f = self.files[path]
+        f.decoder = None  # made at the first append: a history file costs little while it stays one
+        try:
+            f.tailer.skip_to_end(st)
+        except OSError:
+            f.tailer = Tailer(path, self.max_line_bytes)
+            return None
+        f.head_unread = f.provider.SESSION_IN_FIRST_RECORD
+        return f.tailer.offset
+
+    @staticmethod
+    def _read_head(f: _File) -> None:
+        """The first record of a file skipped as history, when it names the
+        session (a Codex ``session_meta``): it binds the appended records."""
+        f.head_unread = False
+        if f.decoder is None:
+            f.decoder = f.new_decoder()
+        try:
+            with open(f.path, "rb") as fh:
+                first = fh.readline(HISTORY_HEAD_BYTES)
+            if not first.endswith(b"\n"):
+                return
+            obj = decode_line(first[:-1])
+            ev = f.decoder.project(obj) if obj else None
+        except Exception:  # unreadable, not JSON, a shape the provider did not foresee: no head
+            return
+        if ev is not None and ev.kind == SESSION:
+            f.head = ev
+
+    def watched(self, provider: str):
+        """``coding_agent_files_watched{provider}`` (its child, cached: one
+        call per followed file)."""
+        g = self._watched_gauges.get(provider)
+        if g is None:
+            g = self._watched_gauges[provider] = self.metrics.files_watched.labels(provider)
+        return g
+
+    def forget(self, path: str) -> None:
+        """Stop following a file that disappeared (its session goes with its last file)."""
+        f = self.files.pop(path, None)
+        if f is None:
+            return
+        self.watched(f.provider.NAME).dec()
+        if f.session is not None:
+            self.store.file_gone(f.session, path)
+
+    def changed(self, path: str, st: os.stat_result) -> bool:
+        """True when ``st`` differs from what the file's last read saw."""
+        f = self.files.get(path)
+        return f is not None and not f.tailer.unchanged(st)
+
+    def session_of(self, path: str | None):
+        """The session the followed file ``path`` is bound to, or None."""
+        f = self.files.get(path) if path else None
+        return f.session if f is not None else None
+
+    def refresh(self, path: str, live: bool, final: bool = False, until: int | None = None) -> int:
+        """Read what was appended to ``path`` and hand it to the store
+        (:meth:`~.store.SessionStore.take`).
+
+        ``live``: the bytes are news (read after start-up), so completions
+        they carry may page. ``final``: also take an unterminated last line
+        (one-shot scans). ``until``: read no further than this offset.
+        Returns the number of bytes consumed. A file that
+        cannot be read is counted and logged, never raised.
+        """
+        f = self.files.get(path)
+        if f is None:
+            return 0
+        try:
+            res = f.tailer.read(final=final, until=until)
+        except FileNotFoundError:
+            self.forget(path)
+            return 0
+        except OSError as e:
+            self.metrics.read_errors.labels(f.provider.NAME).inc()
+            if not f.failing:
+                log.warning("cannot read %s: %s (retrying quietly)", path, e.strerror or e)
+            f.failing = e.errno or True  # truthy; EMFILE/ENFILE say the process, not the file, is short
+            if f.tailer.inode is None and f.first_live is None:
+                f.first_live = live  # what it holds when it becomes readable is as old as it is now
+            return 0
+        if f.failing:
+            log.info("%s is readable again", path)
+            f.failing = False
+        if f.head_unread and res.lines and not res.reset:
+            self._read_head(f)
+        if f.decoder is None or res.reset:
+            f.decoder = f.new_decoder()
+            if res.reset:
+                log.info("%s was truncated or replaced; reading it again from the start", path)
+        if f.first_live is not None:
+            live, f.first_live = f.first_live, None
+        self.store.take(f, res, live)
+        return res.bytes_read
+
+    def expire(self, now: float | None = None) -> int:
+        """Forget the sessions not written for the store's ``session_ttl``
+        (:meth:`~.store.SessionStore.expire`) at ``now`` (Unix seconds;
+        default the clock). Their files stay followed, unbound: a later
+        append starts the session afresh. Returns how many were forgotten."""
+        gone = self.store.expire(now)
+        for s in gone:
+            for path in s.files:
+                f = self.files.get(path)
+                if f is not None and f.session is s:
+                    f.session = None
+        return len(gone)
+
+    def offsets(self) -> dict[str, list[int]]:
+        """``{path: [inode, offset]}`` of every followed file (a checkpoint)."""
+        return {p: [f.tailer.inode, f.tailer.offset] for p, f in self.files.items() if f.tailer.inode is not None}
+
+    def read_all(self, files, progress=None, until: dict | None = None, stop=None,
+                 news_from: float | None = None) -> dict:
+        """Read ``files`` (``[(path, provider or None, root, size)]``, in
+        order) to their end; returns ``{session key: index in files of the
+        first file that made it}``. A ``None`` provider is sniffed from the
+        records (:func:`~.providers.sniff`).
+
+        ``until`` None: a one-shot scan (every byte, an unterminated last line
+        too, nothing live). Else the daemon's start-up: ``until[path]`` is the
+        offset up to which the bytes are backfill (missing or None: all of
+        them); the rest is news (``live``). A file whose every byte is news
+        (``until[path] == 0``: made while the exporter was down) was born after
+        ``news_from`` (Unix seconds: the previous run's last checkpoint).
+        ``stop()`` true ends the read early. ``progress(message)`` is told
+        every 200 files after the first 2 s.
+        """
+        start = time.monotonic()
+        total = len(files)
+        first: dict = {}
+        known = set(self.store.sessions)
+        for i, (fp, prov, root, *_rest) in enumerate(files):
+            if stop is not None and stop():
+                break
+            prov = prov or sniff(fp)
+            if prov is None:
+                log.warning("%s: no records of a known agent found; skipped", fp)
+            elif self.track(fp, prov, root, born=news_from if until is not None and until.get(fp) == 0 else None):
+                if until is None:
+                    tailer = self.files[fp].tailer
+                    # until a read reaches the end (not one more to find nothing)
+                    while self.refresh(fp, live=False, final=True) and tailer.offset < tailer.size:
+                        pass
+                else:
+                    u = until.get(fp)
+                    while self.refresh(fp, live=False, until=u):
+                        pass
+                    while self.refresh(fp, live=True):
+                        pass
+                s = self.session_of(fp)
+                if s is not None:
+                    key = (s.provider, s.session_id)
+                    if key not in known:
+                        known.add(key)
+                        first[key] = i
+            if progress and (i + 1 == total or time.monotonic() - start > 2 and (i + 1) % 200 == 0):
+                progress(f"read {i + 1}/{total} files")
+        return first
+
+    # -- the daemon's side -------------------------------------------------------
     def on_dir(self, path: str) -> None:
         with self._dir_lock:
             self._new_dirs.append(path)
         self.queue.wake()
 
     def read(self, path: str, live: bool, until: int | None = None) -> None:
-        store = self.store
-        if path not in store.files:
+        """Read ``path`` (followed or not yet: a file under a root, new or a
+        history file that changed) as far as it goes (``until``: no further
+        than this offset). A file that cannot be read is tried again only
+        once its stat changes (or, short of descriptors, at the next poll)."""
+        if path not in self.files:
             hit = self.roots.root_of(path)
             if hit is None:
                 return
             old = self.history.take(path)  # changed or deleted: no longer history
             if old is not None:
-                store._watched(old[0]).dec()
+                self.watched(old[0]).dec()
             if not os.path.isfile(path):
                 return
             if old is not None and checkpoint.continues(path, old[1]):
                 # history until now: followed from where it ended
-                if store.skip(path, hit[0], hit[1], st=old[1]) is None:
+                if self.skip(path, hit[0], hit[1], st=old[1]) is None:
                     return
-            elif not store.track(path, hit[0], hit[1], born=time.time()):  # new, or another file under the old name
+            elif not self.track(path, hit[0], hit[1], born=time.time()):  # new, or another file under the old name
                 return
         try:
             st = os.stat(path)
         except FileNotFoundError:
-            store.forget(path)
+            self.forget(path)
             self.unreadable.pop(path, None)
             return
         except OSError:
@@ -93,16 +357,16 @@ class FileTable:
         key = stat_key(st) if st is not None else None
         if key is not None and self.unreadable.get(path) == key:
             return  # failed with this very stat: logged and counted once; tried again when it changes
-        t = store.files[path].tailer
+        t = self.files[path].tailer
         before = (t.inode, t.size, t.mtime_ns)
-        while store.refresh(path, live=live, until=until):
+        while self.refresh(path, live=live, until=until):
             if self.stop.is_set():
                 return  # shutting down: the checkpoint says how far this got
-        f = store.files.get(path)
+        f = self.files.get(path)
         if f is None:
             return
         if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
-                and store.changed(path, st) and not short_of_fds(f):
+                and self.changed(path, st) and not short_of_fds(f):
             self.unreadable[path] = key  # the open failed (permissions, not a regular file, …)
         elif self.unreadable.pop(path, None) is not None:
             log.info("%s can be read again", path)
@@ -112,7 +376,7 @@ class FileTable:
             dirs, self._new_dirs = self._new_dirs, []
         for d in dirs:
             for p in walk_jsonl(Path(d)):
-                if p not in self.store.files:
+                if p not in self.files:
                     self.read(p, live=True)
 
     def poll(self, count: bool = True) -> bool:
@@ -128,7 +392,7 @@ class FileTable:
         takes 0.3 s runs every 30 s or more: 1 % of a core), at every poll
         for a small tree. File events find new and changed files at once
         meanwhile; a root that appears is walked at the next poll."""
-        store, m = self.store, self.metrics
+        m = self.metrics
         found = False
         counting = self.watcher is not None and count
         appeared = False
@@ -147,23 +411,23 @@ class FileTable:
             # the walk's own cost: not the time spent reading the files it found (issue 22: a root swapped
             # for a symlink and back was read whole in its walk, and walks then paused for minutes)
             self._next_walk = now_m + max(0.0, time.monotonic() - now_m - self._walk_reading) * WALK_COST_FACTOR
-        for path in list(store.files):
+        for path in list(self.files):
             try:
                 st = os.stat(path)
             except FileNotFoundError:
-                store.forget(path)
+                self.forget(path)
                 self.unreadable.pop(path, None)
                 continue
             except OSError:
                 continue
-            if store.changed(path, st) and not self.queue.pending(path):
+            if self.changed(path, st) and not self.queue.pending(path):
                 if self.unreadable.get(path) == stat_key(st):
                     continue  # failed with this very stat: logged and counted once, retried when it changes
                 if counting and path not in self.unreadable:
-                    m.poll_recoveries.labels(store.files[path].provider.NAME).inc()
+                    m.poll_recoveries.labels(self.files[path].provider.NAME).inc()
                 self.read(path, live=True)
                 found = True
-        gone = store.expire()
+        gone = self.expire()
         if gone:
             log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
         if self.watcher is not None:
@@ -179,7 +443,7 @@ class FileTable:
         followed yet are read (new ones from their start, history files that
         changed from where they ended); history files no longer found are
         forgotten. True when it read something."""
-        store, m, history = self.store, self.metrics, self.history
+        m, history = self.metrics, self.history
         found = False
         self._walk_reading = 0.0
         seen = bytearray(history.slots()) if len(history) else None
@@ -189,7 +453,7 @@ class FileTable:
                 continue  # its files are gone with it
             stats = WalkStats()
             for path in walk_jsonl(root, stats):
-                if path in store.files:
+                if path in self.files:
                     continue
                 i = history.position(path) if seen is not None else -1
                 if i >= 0:  # a history file: read when its stat changed
@@ -199,7 +463,7 @@ class FileTable:
                             continue
                     except OSError:
                         continue
-                if self.queue.pending(path) or (i < 0 and not store.track(path, prov, root, born=time.time())):
+                if self.queue.pending(path) or (i < 0 and not self.track(path, prov, root, born=time.time())):
                     continue
                 if counting:
                     m.poll_recoveries.labels(prov).inc()
@@ -213,7 +477,7 @@ class FileTable:
         if seen is not None and not denied:  # every folder listed: a history file not found is gone
             for prov, n in history.drop_unseen(seen).items():
                 if n:
-                    store._watched(prov).dec(n)
+                    self.watched(prov).dec(n)
         return found
 
     def _note_denied(self, denied: dict[str, OSError]) -> None:
@@ -228,3 +492,22 @@ class FileTable:
                 log.info("folder %s can be listed again", d)
         self._denied = set(denied)
 
+
+def make_reader(cfg, metrics=None, session_ttl: float = 0) -> tuple:
+    """``(SessionStore, FileTable)`` configured from ``cfg`` (a
+    :class:`~.config.Config`; ``session_ttl``: 0 for scans, which show every
+    session however old)."""
+    from .metrics import Metrics
+    from .reducer import Timing
+    from .store import SessionStore
+
+    r = cfg.reducer
+    store = SessionStore(
+        metrics or Metrics(),
+        Timing(r.inferred_settle_seconds, r.marker_wait_seconds, r.stall_after_seconds, r.api_retry_grace_seconds,
+               r.wakeup_hold_seconds),
+        cfg.metrics.project_label,
+        cfg.metrics.max_sessions,
+        session_ttl,
+    )
+    return store, FileTable(store, cfg.sources.max_line_bytes)

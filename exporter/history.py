@@ -27,7 +27,7 @@ from pathlib import Path
 
 from .providers import PROVIDER_MODULES
 from .roots import walk_jsonl
-from .workers import Forked
+from .parallel import Forked
 
 _PROVIDERS = list(PROVIDER_MODULES)
 

@@ -2,7 +2,7 @@
 (a permission prompt) outlives a restart. The newest few of each session
 (a later event decides the state; two waits in a row merge), for the
 sessions hooked most recently; saved as :func:`hooks.to_record` records and
-applied again at the next start (``Daemon._reapply_hooks``)."""
+applied again at the next start (``Evidence.reapply``)."""
 
 from __future__ import annotations
 

@@ -158,20 +158,20 @@ def session(store, provider: str, sid: str, hidden: bool = False):
     return s
 
 
-def apply_hook(store, d, may_create: bool = True):
+def apply_hook(store, d, may_create: bool = True, by_file=None):
     """Apply one :class:`~.hooks.HookDelivery` (news, unless its event is
     ``replayed``: the session registry's records found so at start-up; its
     ``source`` is ``hook``, or ``registry`` for the registry's). It joins
-    its session by ``transcript_path`` (the file's session, a subagent
-    rollout's parent included), else by ``session_id``; a session no
+    its session by ``transcript_path`` (``by_file``: the session the file
+    table bound that file to, a subagent rollout's parent included), else
+    by ``session_id``; a session no
     transcript told of yet is made from the hook only when
     ``may_create`` (its transcript lies under a watched root, so the
     agent is about to write it); otherwise the delivery is counted as
     ``unknown_session`` and dropped. Returns the session, or None when
     the delivery changes no state. The caller holds the store's lock."""
     ev = d.event
-    f = store.files.get(d.transcript_path) if d.transcript_path else None
-    s = f.session if f is not None else None
+    s = by_file
     if s is None and d.session_id is not None:
         s = store.sessions.get((d.provider, d.session_id))
     if s is None and (d.session_id is None or not may_create):

@@ -314,19 +314,20 @@ class Registry:
         return any(abs(started - c) <= START_TOLERANCE_SECONDS for c in candidates)
 
     # -- the reader thread's round ----------------------------------------
-    def step(self, daemon) -> bool:
+    def step(self, evidence) -> bool:
         """Read what changed, check liveness when due, and apply the evidence
-        to ``daemon.store``. True when some evidence was applied."""
+        through ``evidence`` (:class:`~.evidence.Evidence`). True when some
+        evidence was applied."""
         if not self.folders:
             return False
         try:
-            return self._step(daemon)
+            return self._step(evidence)
         except Exception:  # pragma: no cover - the registry never stops the reader
             log.exception("session registry round failed; continuing")
             self._next_poll = time.monotonic() + self.poll_interval
             return False
 
-    def _step(self, daemon) -> bool:
+    def _step(self, evidence) -> bool:
         if self._first and not self._said:
             self._said = True
             for folder in self.folders:
@@ -365,14 +366,14 @@ class Registry:
         applied = False
         for e in removed:
             if e.rec is not None and e.alive and not e.gone:
-                applied = self._apply_exit(daemon, e, removed=True) or applied
+                applied = self._apply_exit(evidence, e, removed=True) or applied
         for e in self._entries.values():
             if e.rec is None or e.gone or e.alive is None:
                 continue
             if not e.alive:
-                applied = self._apply_exit(daemon, e, removed=False) or applied
+                applied = self._apply_exit(evidence, e, removed=False) or applied
             elif e.applied != e.rec.key:
-                applied = self._apply_reading(daemon, e) or applied
+                applied = self._apply_reading(evidence, e) or applied
         self.m_live.set(sum(1 for e in self._entries.values() if e.rec is not None and e.alive and not e.gone))
         self._first = False
         return applied
@@ -380,48 +381,22 @@ class Registry:
     def _unapplied(self) -> bool:
         return any(e.rec is not None and e.alive and e.applied != e.rec.key for e in self._entries.values())
 
-    def _session(self, daemon, sid: str):
-        """The store's session ``sid``, its transcripts read first (so the
-        evidence is ordered after every record written before it)."""
-        s = daemon.store.sessions.get((PROVIDER, sid))
-        if s is None:
-            return None
-        for path in list(s.files):
-            daemon.files.read(path, live=True)
-        return s
-
     @staticmethod
-    def _state(s):
-        """The session's state now (its transcripts just read), a ``reducer.Status``."""
-        return s.reducer.status(time.time(), s.last_write)
-
-    def _apply(self, daemon, s, ev, ident: str, history: bool) -> bool:
-        """Apply ``ev`` to session ``s`` as a hook delivery named ``registry``
-        (identity ``ident``, hashed). Live evidence is kept with the hook
-        deliveries in the checkpoint, so that after a restart a wait that a
-        hook and the registry both reported has the same key (one page)."""
+    def _apply(evidence, s, ev, ident: str, history: bool) -> bool:
+        """Apply ``ev`` to session ``s`` (:meth:`Evidence.apply`; ``ident``
+        hashed into the delivery's identity)."""
         import hashlib
 
-        from .hooks import HookDelivery
-
-        if history:
-            ev.replayed = True  # found so at start-up: shown, never news
-            daemon.store.carry.discard((PROVIDER, s.session_id))
         ident = "registry:" + hashlib.blake2b(ident.encode(), digest_size=12).hexdigest()
-        d = HookDelivery(PROVIDER, "registry", s.session_id, None, None, ev, ident)
-        if daemon.store.apply_hook(d, may_create=False) is None:
-            return False
-        if not history:
-            daemon._keep_hook(s, d)
-        return True
+        return evidence.apply(s, ev, ident, history)
 
-    def _apply_reading(self, daemon, e: _Entry) -> bool:
+    def _apply_reading(self, evidence, e: _Entry) -> bool:
         rec = e.rec
-        s = self._session(daemon, rec.session_id)
+        s = evidence.current(PROVIDER, rec.session_id)
         if s is None:
             return False  # no transcript yet (a session before its first prompt): tried again
         e.applied = rec.key
-        st = self._state(s)
+        st = evidence.status(s)
         w = self._waits.get(rec.session_id)
         reg_wait = w.since if w is not None and st.state == "waiting" and st.wait == w.key else None
         ev = creg.evidence(rec, st.state, reg_wait)
@@ -431,27 +406,27 @@ class Registry:
                 and time.time() - rec.status_at < IDLE_GRACE_SECONDS:
             e.applied = None  # tried again at the next round: the transcript may still say more
             return False
-        ok = self._apply(daemon, s, ev, f"registry:{rec.pid}:{rec.status}:{rec.waiting_for}:{rec.status_at}",
+        ok = self._apply(evidence, s, ev, f"registry:{rec.pid}:{rec.status}:{rec.waiting_for}:{rec.status_at}",
                          history=False)
-        after = self._state(s)
+        after = evidence.status(s)
         if ev.kind == WAIT and after.state == "waiting":
             self._waits[rec.session_id] = _Wait(after.wait, after.since)
         elif after.state != "waiting":
             self._waits.pop(rec.session_id, None)
         return ok
 
-    def _apply_exit(self, daemon, e: _Entry, removed: bool) -> bool:
+    def _apply_exit(self, evidence, e: _Entry, removed: bool) -> bool:
         e.gone = True
         rec = e.rec
         self._waits.pop(rec.session_id, None)
-        s = self._session(daemon, rec.session_id)
+        s = evidence.current(PROVIDER, rec.session_id)
         if s is None:
             return False
-        ev = creg.exited(self._state(s).state, removed, time.time())
+        ev = creg.exited(evidence.status(s).state, removed, time.time())
         if ev is None:
             return False
         how = "removed" if removed else "exited"
-        return self._apply(daemon, s, ev, f"registry:{rec.pid}:{rec.proc_start}:{how}", history=self._first)
+        return self._apply(evidence, s, ev, f"registry:{rec.pid}:{rec.proc_start}:{how}", history=self._first)
 
 
 class _Handler(wd_events.FileSystemEventHandler):

@@ -38,7 +38,7 @@ import orjson
 
 from . import __version__
 from .names import STATES
-from .store import PROVIDER_MODULES
+from .providers import PROVIDER_MODULES
 
 PAGE_FILE = "statuspage.html"
 API_SESSIONS = "/api/v1/sessions"

@@ -191,7 +191,7 @@ def test_projection_survives_any_field_type(data):
     fields replaced by a value of another JSON type: the provider projection
     never raises (an exception there used to drop the rest of a read batch
     and abort the start-up scan)."""
-    from coding_agent_exporter.store import PROVIDER_MODULES
+    from coding_agent_exporter.providers import PROVIDER_MODULES
 
     prov, rec = data.draw(st.sampled_from(REAL_RECORDS))
     obj = json.loads(json.dumps(rec))

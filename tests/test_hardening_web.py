@@ -241,7 +241,7 @@ def test_the_walk_back_off_counts_the_walk_not_the_reading(tmp_path, monkeypatch
     monkeypatch.setattr(files_mod.FileTable, "read", slow_read)
     t = time.monotonic()
     d.files.poll(count=False)
-    assert time.monotonic() - t >= 1.0 and len(d.store.files) == 20
+    assert time.monotonic() - t >= 1.0 and len(d.files.files) == 20
     assert d.files._next_walk - time.monotonic() < 0.2 * files_mod.WALK_COST_FACTOR, d.files._next_walk - time.monotonic()
 
 

@@ -291,8 +291,8 @@ def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_pat
     from coding_agent_exporter.config import load
     from coding_agent_exporter.daemon import Daemon
     from coding_agent_exporter.history import horizon, split_start_up
-    from coding_agent_exporter.sources import configured_roots
-    from coding_agent_exporter.workers import Forked
+    from coding_agent_exporter.roots import configured_roots
+    from coding_agent_exporter.parallel import Forked
 
     old = _old_rollout(tmp_path)
     case = CASES / "24_one_turn_many_end_markers.jsonl"
@@ -318,7 +318,7 @@ def test_walk_process_dying_after_the_files_to_read_leaves_a_whole_index(tmp_pat
         none = dict.fromkeys(PROVIDER_MODULES, 0)  # every declared provider
         wait_for(lambda: daemon.history.count == {**none, "codex": 1}, what="the index taken")
         assert daemon.history.get(str(old)) is not None and daemon.history.get(str(recent)) is None
-        assert str(recent) in daemon.store.files
+        assert str(recent) in daemon.files.files
         watched = {s.labels["provider"]: s.value for m in daemon.metrics.registry.collect()
                    if m.name == "coding_agent_files_watched" for s in m.samples}
         assert watched == {**none, "claude_code": 1, "codex": 1}

@@ -67,7 +67,7 @@ def test_every_fixture_has_an_expectation():
 @pytest.mark.parametrize("provider,name", sorted(EXPECTED), ids=[f"{p}-{n}" for p, n in sorted(EXPECTED)])
 def test_hook_fixture_moves_the_state(provider, name):
     before, after, waiting_for = EXPECTED[(provider, name)]
-    store = SessionStore(Metrics(), Timing(), 1 << 20)
+    store = SessionStore(Metrics(), Timing())
     t = T0
     for event, fields in SETUP[before]:
         t += 1

@@ -435,23 +435,23 @@ def test_the_checkpoint_keeps_the_newest_hooks_of_the_sessions_hooked_last(tmp_p
     from coding_agent_exporter.config import Config
     from coding_agent_exporter.hooks import parse
 
-    monkeypatch.setattr(daemon_mod, "HOOK_SESSIONS_KEPT", 2)
     d = daemon_mod.Daemon(Config(state_dir=str(tmp_path)))
+    d.evidence.kept.sessions = 2
     now = time.time()
 
     def hook(sid, event, t):
         body = json.dumps({"session_id": sid, "hook_event_name": event, "tool_name": "Bash"}).encode()
         return SimpleNamespace(provider="claude_code", session_id=sid), parse("claude_code", body, t)
 
-    d._keep_hook(*hook("waits", "PermissionRequest", now - 3600))
+    d.evidence.kept.keep(*hook("waits", "PermissionRequest", now - 3600))
     for i in range(500):
-        d._keep_hook(*hook("busy", "PostToolUse", now - 3000 + i))
+        d.evidence.kept.keep(*hook("busy", "PostToolUse", now - 3000 + i))
     d._save_checkpoint(force=True)
     saved = json.loads((tmp_path / "checkpoint.json").read_bytes())["hooks"]
     assert [(r["session_id"], r["name"]) for r in saved] == [("waits", "PermissionRequest")] + [("busy", "PostToolUse")] * 3
     assert [r["ts"] for r in saved[1:]] == [now - 3000 + i for i in (497, 498, 499)]
-    d._keep_hook(*hook("third", "Stop", now))
-    assert [k[1] for k in d._hook_log] == ["busy", "third"]  # the session hooked longest ago left
+    d.evidence.kept.keep(*hook("third", "Stop", now))
+    assert [k[1] for k in d.evidence.kept.kept] == ["busy", "third"]  # the session hooked longest ago left
 
 
 # -- the spool (issue 22, part 3) ----------------------------------------------------

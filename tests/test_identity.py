@@ -12,6 +12,7 @@ from pathlib import Path
 from exporter.identity import COPY, DUPLICATE, OWN, Identity
 from exporter.metrics import Metrics
 from exporter.reducer import Timing
+from exporter.files import FileTable
 from exporter.store import SessionStore
 
 PROJECT = "-home-dev-proj"
@@ -40,15 +41,16 @@ class Files:
     def __init__(self, tmp: Path):
         self.root = tmp / "projects"
         (self.root / PROJECT).mkdir(parents=True)
-        self.store = SessionStore(Metrics(), Timing(), 1 << 20)
+        self.store = SessionStore(Metrics(), Timing())
+        self.files = FileTable(self.store, 1 << 20)
 
     def write(self, name: str, records: list[dict], live: bool = True, born: float | None = None) -> None:
         path = self.root / PROJECT / f"{name}.jsonl"
         with open(path, "ab") as f:
             f.write(b"".join(json.dumps(r).encode() + b"\n" for r in records))
         p = str(path)
-        self.store.track(p, "claude_code", self.root, born=time.time() if born is None and live else born)
-        while self.store.refresh(p, live=live):
+        self.files.track(p, "claude_code", self.root, born=time.time() if born is None and live else born)
+        while self.files.refresh(p, live=live):
             pass
 
     def ends(self) -> dict[str, list[bool]]:

@@ -13,6 +13,7 @@ import pytest
 
 from coding_agent_exporter.metrics import Metrics
 from coding_agent_exporter.reducer import Timing
+from coding_agent_exporter.files import FileTable
 from coding_agent_exporter.store import SessionStore
 
 T0 = 1_777_629_600  # 2026-05-01T10:00:00Z
@@ -76,7 +77,8 @@ class Run:
         self.tmp = tmp
         self.metrics = Metrics()
         self.store = SessionStore(self.metrics, timing or Timing(inferred_settle=30, marker_wait=300,
-                                                                 stall_after=600), max_line_bytes)
+                                                                 stall_after=600))
+        self.files = FileTable(self.store, max_line_bytes)
         self.claude_root = tmp / "claude"
         self.codex_root = tmp / "codex"
 
@@ -92,8 +94,8 @@ class Run:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as f:
             f.write(dump(records))
-        self.store.track(str(path), provider, root)
-        self.store.refresh(str(path), live=True)
+        self.files.track(str(path), provider, root)
+        self.files.refresh(str(path), live=True)
         return path
 
     def state(self, sid: str = CSID, after: float = 0.0) -> dict:
@@ -415,12 +417,12 @@ def test_expired_sessions_are_forgotten_and_restart_fresh(tmp_path):
     r.store.session_ttl = 3600
     path = r.claude([c("prompt", 1, 0), c("text", 2, 1, stop="end_turn")])
     s = r.store.sessions[("claude_code", CSID)]
-    assert r.store.expire(s.last_write + 10) == 0
-    assert r.store.expire(s.last_write + 4000) == 1
+    assert r.files.expire(s.last_write + 10) == 0
+    assert r.files.expire(s.last_write + 4000) == 1
     assert r.store.sessions == {}
     with open(path, "ab") as f:
         f.write(dump([c("prompt", 3, 100, text="back again")]))
-    r.store.refresh(str(path), live=True)
+    r.files.refresh(str(path), live=True)
     assert r.state(after=1)["state"] == "working"
 
 
@@ -428,9 +430,9 @@ def test_deleted_files_take_their_session_along(tmp_path):
     r = Run(tmp_path)
     main = r.claude([c("prompt", 1, 0), c("tool_use", 2, 1)])
     sub = r.claude([c("text", 3, 2, isSidechain=True)], rel=f"-proj/{CSID}/subagents/agent-1.jsonl")
-    r.store.forget(str(sub))
+    r.files.forget(str(sub))
     assert ("claude_code", CSID) in r.store.sessions
-    r.store.forget(str(main))
+    r.files.forget(str(main))
     assert r.store.sessions == {}
 
 

@@ -133,15 +133,17 @@ def test_history_line_cap_and_turns_ended_while_down(tmp_path):
 def _store_read(tmp_path, provider: str, name: str, data: bytes, at: float):
     from coding_agent_exporter.metrics import Metrics
     from coding_agent_exporter.reducer import Timing
+    from coding_agent_exporter.files import FileTable
     from coding_agent_exporter.store import SessionStore
 
-    store = SessionStore(Metrics(), Timing(), 1 << 20)
+    store = SessionStore(Metrics(), Timing())
+    files = FileTable(store, 1 << 20)
     path = tmp_path / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     os.utime(path, (at - 200, at - 200))
-    assert store.track(str(path), provider, tmp_path)
-    store.refresh(str(path), live=True, final=True)
+    assert files.track(str(path), provider, tmp_path)
+    files.refresh(str(path), live=True, final=True)
     _store_read.transitions = store.evaluate(at)
     return store.rows(at)
 

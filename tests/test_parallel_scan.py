@@ -8,7 +8,9 @@ import time
 from pathlib import Path
 
 
+from coding_agent_exporter import parallel as parallel_mod
 from coding_agent_exporter import scan as scan_mod
+from coding_agent_exporter.files import make_reader
 from coding_agent_exporter.config import Config
 from harness import FIXTURES
 
@@ -36,7 +38,7 @@ def test_parallel_scan_equals_one_process(tmp_path, monkeypatch):
     at = time.time() + 3600
     one, store = scan_mod.scan([str(root)], Config(), at=at, workers=1)
     assert store is not None and one
-    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_BYTES", 0)
     two, store2 = scan_mod.scan([str(root)], Config(), at=at, workers=2)
     assert store2 is None  # the workers did the reading
     assert two == one
@@ -50,29 +52,30 @@ def test_parallel_scan_falls_back_when_a_session_spans_workers(tmp_path, monkeyp
     # a subagent file away from its session's main file
     sub = next(p for p in sorted(root.rglob("subagents/*.jsonl"))
                if p.parent.parent.with_suffix(".jsonl").exists())  # its session's main file is there
-    monkeypatch.setattr(scan_mod, "_group_key", lambda fp, prov: "sub" if fp == str(sub) else "rest")
+    monkeypatch.setattr(parallel_mod, "_group_key", lambda fp, prov: "sub" if fp == str(sub) else "rest")
     one, _ = scan_mod.scan([str(root)], Config(), at=at, workers=1)
-    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_BYTES", 0)
     outcomes = []
-    parallel = scan_mod._parallel
+    parallel = parallel_mod.scan_rows
 
     def spy(*a, **k):
         outcomes.append(parallel(*a, **k))
         return outcomes[-1]
 
-    monkeypatch.setattr(scan_mod, "_parallel", spy)
+    monkeypatch.setattr(parallel_mod, "scan_rows", spy)
     two, store = scan_mod.scan([str(root)], Config(), at=at, workers=2)
     assert outcomes == [None] and store is not None  # detected, and scanned again in one process
     assert two == one
 
 
-def _state(store) -> tuple:
+def _state(reader) -> tuple:
+    store, table = reader
     store.evaluate(time.time() + 3600)
     counters = {(name, tuple(sorted(smp.labels.items()))): smp.value
-                for name in store._READ_COUNTERS + ("files_watched",)
+                for name in parallel_mod._READ_COUNTERS + ("files_watched",)
                 for fam in getattr(store.metrics, name).collect() for smp in fam.samples}
     live = sorted((k, s.status.live, s.status.state, s.status.turn) for k, s in store.sessions.items())
-    offsets = store.offsets()
+    offsets = table.offsets()
     return store.rows(time.time() + 3600), counters, live, offsets
 
 
@@ -84,14 +87,17 @@ def test_start_up_read_in_workers_equals_one_process(tmp_path, monkeypatch):
     files = scan_mod._discover([str(root)], Config(), None)
     # half the files were read by a previous run up to their middle: the rest is news
     until = {fp: (size // 2 if i % 2 else None) for i, (fp, _p, _r, size) in enumerate(files)}
-    one = scan_mod.make_store(Config())
-    scan_mod.read_start_up(one, files, until, Config(), workers=1)
-    monkeypatch.setattr(scan_mod, "PARALLEL_MIN_BYTES", 0)
+    def make():
+        return make_reader(Config())
+
+    one = make()
+    parallel_mod.read_start_up(*one, files, until, make, workers=1)
+    monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_BYTES", 0)
     calls = []
-    fork = scan_mod._fork
-    monkeypatch.setattr(scan_mod, "_fork", lambda *a, **k: calls.append(fork(*a, **k)) or calls[-1])
-    two = scan_mod.make_store(Config())
-    scan_mod.read_start_up(two, files, until, Config(), workers=2)
+    fork = parallel_mod._fork
+    monkeypatch.setattr(parallel_mod, "_fork", lambda *a, **k: calls.append(fork(*a, **k)) or calls[-1])
+    two = make()
+    parallel_mod.read_start_up(*two, files, until, make, workers=2)
     assert calls and calls[0] is not None  # the workers did the reading
     a, b = _state(one), _state(two)
     assert a[0] == b[0] and a[0]

@@ -598,7 +598,7 @@ def test_idle_ends_a_wait_only_the_registry_reported(env, tmp_path):
 def test_config_folders(tmp_path, monkeypatch):
     from coding_agent_exporter.config import ConfigError, from_mapping
     from coding_agent_exporter.registry import folders_of
-    from coding_agent_exporter.sources import configured_roots
+    from coding_agent_exporter.roots import configured_roots
 
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cc"))
     cfg = from_mapping({})

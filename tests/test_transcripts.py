@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from coding_agent_exporter.metrics import Metrics
 from coding_agent_exporter.reducer import Timing
+from coding_agent_exporter.files import FileTable
 from coding_agent_exporter.store import SessionStore
 from harness import ROOT, TRANSCRIPTS
 
@@ -181,16 +182,17 @@ ALL = sorted(CC.glob("*.jsonl")) + sorted(CX.glob("*.jsonl")) + sorted(CP.glob("
 
 
 def _read(path: Path, provider: str, data: bytes, cuts: list[int]) -> list[dict]:
-    store = SessionStore(Metrics(), Timing(), 16 << 20)
+    store = SessionStore(Metrics(), Timing())
+    files = FileTable(store, 16 << 20)
     path.write_bytes(b"")
-    store.track(str(path), provider, path.parent)
+    files.track(str(path), provider, path.parent)
     prev = 0
     for c in sorted(set(cuts)) + [len(data)]:
         with open(path, "ab") as f:
             f.write(data[prev:c])
         os.utime(path, (1.7e9, 1.7e9))  # the same last-write time for both readings
         prev = c
-        store.refresh(str(path), live=True)
+        files.refresh(str(path), live=True)
     store.evaluate(time.time() + 86400)
     rows = store.rows(time.time())
     return [{k: r[k] for k in ("session_id", "state", "evidence", "error_kind", "turn", "since", "last_event_at",

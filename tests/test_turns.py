@@ -17,6 +17,7 @@ from harness import CASES
 from coding_agent_exporter.metrics import Metrics
 from coding_agent_exporter.providers import claude_code, codex
 from coding_agent_exporter.reducer import SessionReducer, Timing
+from coding_agent_exporter.files import FileTable
 from coding_agent_exporter.store import SessionStore
 
 
@@ -32,18 +33,19 @@ class Files:
 
     def __init__(self, root: Path, provider: str, timing: Timing | None = None):
         self.root, self.provider = root, provider
-        self.store = SessionStore(Metrics(), timing or Timing(), 1 << 24)
+        self.store = SessionStore(Metrics(), timing or Timing())
+        self.files = FileTable(self.store, 1 << 24)
 
     def add(self, rel: str, *parts: str) -> Path:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         if not path.exists():
             path.write_bytes(b"")
-            self.store.track(str(path), self.provider, self.root)
+            self.files.track(str(path), self.provider, self.root)
         with open(path, "ab") as f:
             for p in parts:
                 f.write((CASES / p).read_bytes())
-        self.store.refresh(str(path), live=True)
+        self.files.refresh(str(path), live=True)
         return path
 
     def rows(self, at: float) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""Discovery: which files to follow, and when they changed.
+"""File events: when followed files and folders changed (``watch``).
 
 watchdog events (inotify/FSEvents/ReadDirectoryChangesW) tell quickly; a
 periodic stat poll of every known file and a walk of every root is the safety
@@ -24,7 +24,6 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 
 from watchdog import events
 from watchdog.events import FileSystemEventHandler
