@@ -177,6 +177,13 @@ class SessionReducer:
         """Record time (Unix seconds) of the event that decides the state."""
         return self._last.ts if self._last is not None else None
 
+    @property
+    def decided_by(self) -> str | None:
+        """Which source's evidence decides the state: ``transcript``,
+        ``hook`` or ``registry`` (Claude Code's session registry); None
+        before any."""
+        return None if self._last is None else self._last.source or "transcript"
+
     def apply(self, ev: Event, seq: int, live: bool, ident_key=None) -> None:
         """Apply one event. ``ident_key`` is a stable string unique within the
         session for the record (used to name the turn or wait it starts), or

@@ -28,13 +28,6 @@ from .reducer import SessionReducer, Status, Timing
 log = logging.getLogger(__name__)
 
 
-def _decided_by(reducer) -> str | None:
-    """Which source's evidence decides the state: ``transcript``, ``hook``
-    or ``registry`` (Claude Code's session registry); None before any."""
-    last = reducer._last
-    return None if last is None else last.source or "transcript"
-
-
 def project_label(cwd: str | None, mode: str) -> str:
     """The ``project`` label from a working directory: ``basename`` (last path
     component), ``full``, ``hashed`` (8 hex digits of SHA-256) or ``none``."""
@@ -298,7 +291,7 @@ class SessionStore:
                 "evidence": st.evidence,
                 "detail": st.detail,
                 "error_kind": st.error_kind,
-                "source": _decided_by(s.reducer),
+                "source": s.reducer.decided_by,
                 "waiting_for": {"reason": st.reason, "tool": st.tool} if st.state == "waiting" else None,
                 "turn": st.turn,
                 "since": st.since,
