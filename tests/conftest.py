@@ -27,7 +27,7 @@ def exporter(tmp_path):
 
 
 # -- progress: with -q the suite prints only dots for minutes; say which file it is in, and since when ---
-_progress = {"module": None, "started": None, "config": None}
+_progress = {"module": None, "started": None, "config": None, "seen": set()}
 
 
 def pytest_sessionstart(session):
@@ -43,8 +43,11 @@ def pytest_runtest_logstart(nodeid, location):
     module = nodeid.split("::")[0]
     config = _progress["config"]
     reporter = config.pluginmanager.get_plugin("terminalreporter") if config is not None else None
+    if module in _progress["seen"]:  # under xdist the workers' modules interleave: each is named once
+        return
     if module != _progress["module"] and reporter is not None and reporter.verbosity < 0:  # -q: only dots else
         if _progress["module"] is not None:
             reporter.write("\n")  # after the previous file's dots
         _progress["module"] = module
+        _progress["seen"].add(module)
         reporter.write_line(f"[{time.monotonic() - _progress['started']:6.0f} s] {module}")

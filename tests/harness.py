@@ -86,6 +86,38 @@ def append_lines(path: Path, data: bytes, delay: float) -> None:
 
 
 # -- Apprise receiver --------------------------------------------------------
+#: The environment of a server a test starts (Prometheus, Alertmanager): loopback is never proxied.
+NO_PROXY_ENV = {**os.environ, "NO_PROXY": "*", "no_proxy": "*"}
+
+
+class Proc:
+    """A server process (``args``) started now in ``cwd``, its output appended to ``log``."""
+
+    def __init__(self, args: list[str], log: Path, cwd: Path):
+        self.args, self.log, self.cwd = args, log, cwd
+        self.start()
+
+    def start(self) -> None:
+        self._f = open(self.log, "ab")
+        self.p = subprocess.Popen(self.args, stdout=self._f, stderr=subprocess.STDOUT, cwd=self.cwd,
+                                  stdin=subprocess.DEVNULL, env=NO_PROXY_ENV)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 10 s."""
+        if self.p.poll() is None:
+            self.p.terminate()
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait(timeout=10)
+        self._f.close()
+
+    def tail(self) -> str:
+        """The last 20 lines of its output."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
+
+
 class Receiver:
     """A loopback HTTP server that takes Apprise ``json://`` posts.
 

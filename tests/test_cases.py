@@ -166,6 +166,28 @@ class Replay:
             f.truncate(0)
             f.write(out)
 
+    def play(self, step: dict, exp) -> None:
+        """Play one step that is not an ``expect``: ``write``, ``wait`` (in
+        case seconds, scaled by ``K``), ``touch``, ``restart`` (of ``exp``),
+        ``rewrite`` or ``hook``. Raises AssertionError for an unknown step."""
+        if "write" in step:
+            self.write(step)
+        elif "wait" in step:
+            time.sleep(step["wait"] * K)
+        elif "touch" in step:
+            for _ in range(step.get("times", 1)):
+                os.utime(self.paths[step["touch"]])
+                time.sleep(0.05)
+        elif "restart" in step:
+            exp.stop()
+            exp.start()
+        elif "rewrite" in step:
+            self.rewrite(step)
+        elif "hook" in step:
+            self.hook(step, exp)
+        else:
+            raise AssertionError(f"{self.name}: unknown step {step}")
+
     def expect(self, step: dict, exp: Exporter, receiver: Receiver) -> None:
         want = {k: (v if isinstance(v, list) else [v]) for k, v in step["expect"].items()}
         n = step.get("alerts")
@@ -234,25 +256,10 @@ def test_case_live(name, tmp_path):
     case = Replay(name, tmp_path)
     try:
         for step in case.spec["steps"]:
-            if "write" in step:
-                case.write(step)
-            elif "wait" in step:
-                time.sleep(step["wait"] * K)
-            elif "expect" in step:
+            if "expect" in step:
                 case.expect(step, exp, receiver)
-            elif "touch" in step:
-                for _ in range(step.get("times", 1)):
-                    os.utime(case.paths[step["touch"]])
-                    time.sleep(0.05)
-            elif "restart" in step:
-                exp.stop()
-                exp.start()
-            elif "rewrite" in step:
-                case.rewrite(step)
-            elif "hook" in step:
-                case.hook(step, exp)
             else:
-                raise AssertionError(f"{name}: unknown step {step}")
+                case.play(step, exp)
     finally:
         case.close()
         exp.stop()

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from harness import claude_path, codex_path
-from test_hardening_support import SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, wait_for, write
+from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, owed_page_problems,
+                                    wait_for, write)
 
 SETTLE = 2.0
 CONFIG = {"alerts": {"settle_seconds": SETTLE}}
@@ -174,21 +175,7 @@ def test_kill9_random_loop_every_turn_end_pages_once(tmp_path):
         writer.stop_flag.set()
         writer.join(timeout=60)
         assert not writer.is_alive()
-        for _a, s, _p in writer.sessions:
-            exp.wait_state(s.sid, writer.final[s.sid], timeout=15)
-
-        def paged():
-            return all(len(alerts_for(receiver, sid, k)) >= n for sid, owed in writer.owed.items()
-                       for k, n in owed.items())
-        try:
-            wait_for(paged, timeout=15, what="every owed page")
-        except AssertionError:
-            pass  # the comparison below says which
-        time.sleep(SETTLE)
-        problems = [f"{sid} {kind}: owed {n}, got {len(alerts_for(receiver, sid, kind))}"
-                    for sid, owed in writer.owed.items() for kind, n in owed.items()
-                    if len(alerts_for(receiver, sid, kind)) != n]
-        total = sum(n for owed in writer.owed.values() for n in owed.values())
+        problems, total = owed_page_problems(exp, receiver, writer, SETTLE)
         print(f"\nkill -9 rounds: {rounds}; turn ends: {total}; pages: {len(receiver.messages)}")
         assert not problems, problems
         assert len(receiver.messages) == total

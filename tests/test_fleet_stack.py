@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -29,7 +28,7 @@ import pytest
 import yaml
 
 from browser import Browser, chromium
-from harness import ROOT, Exporter, Receiver, claude_path, free_port, wait_for
+from harness import ROOT, Exporter, Proc, Receiver, claude_path, free_port, wait_for
 from test_hardening_support import ClaudeSession, write
 
 RULES = ROOT / "config" / "rules" / "coding-agent.rules.yml"
@@ -39,7 +38,6 @@ AUTH = {"Authorization": "Basic " + base64.b64encode(f"ops:{PASSWORD}".encode())
 #: The rules this test makes fire, with their ``for`` shortened (the rest keep theirs, so they stay quiet).
 SHORT_FOR = {"CodingAgentExporterDown": "2s", "CodingAgentWaitingTooLong": "1s", "CodingAgentMachineSilent": "2s"}
 
-_ENV = {**os.environ, "NO_PROXY": "*", "no_proxy": "*"}
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -71,30 +69,6 @@ def metric(url: str, name: str, headers: dict | None = None, **labels) -> float:
         if all(got.get(k) == v for k, v in labels.items()):
             total += float(m.group(4))
     return total
-
-
-class Proc:
-    def __init__(self, args: list[str], log: Path, cwd: Path):
-        self.args, self.log, self.cwd = args, log, cwd
-        self.start()
-
-    def start(self):
-        self._f = open(self.log, "ab")
-        self.p = subprocess.Popen(self.args, stdout=self._f, stderr=subprocess.STDOUT, cwd=self.cwd,
-                                  stdin=subprocess.DEVNULL, env=_ENV)
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=10)
-        self._f.close()
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
 
 
 class Machine(Exporter):

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from harness import claude_path, codex_path
-from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, wait_for,
-                                    write)
+from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for,
+                                    owed_page_problems, wait_for, write)
 
 # -- kill -9 -------------------------------------------------------------------
 QUIET_AFTER_END = 2.0  # a turn end stays the state this long while the exporter is up
@@ -156,24 +156,7 @@ def test_kill9_at_random_moments_loses_and_repeats_no_page(tmp_path):
         assert not writer.is_alive()
         # the last turn ends settle and page
         time.sleep(1.0)
-        for _prov, s, _path in writer.sessions:
-            exp.wait_state(s.sid, writer.final[s.sid], timeout=15)
-
-        def paged():
-            return all(len(alerts_for(receiver, sid, k)) >= n for sid, owed in writer.owed.items()
-                       for k, n in owed.items())
-        try:
-            wait_for(paged, timeout=20, what="every owed page")
-        except AssertionError:
-            pass  # the comparison below says which
-        time.sleep(1.0)
-        problems = []
-        for sid, owed in writer.owed.items():
-            for kind, n in owed.items():
-                got = len(alerts_for(receiver, sid, kind))
-                if got != n:
-                    problems.append(f"{sid} {kind}: owed {n}, got {got}")
-        total = sum(n for owed in writer.owed.values() for n in owed.values())
+        problems, total = owed_page_problems(exp, receiver, writer, 1.0)
         print(f"\nkill -9 rounds: {len(kills)}; turn ends paged: {total}; messages: {len(receiver.messages)}")
         if problems:
             t0 = kills[0] - 10

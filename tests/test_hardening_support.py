@@ -223,5 +223,29 @@ def alerts_for(receiver: Receiver, sid: str, kind: str | None = None) -> list[di
     return out
 
 
+def owed_page_problems(exp: Exporter, receiver: Receiver, writer, grace: float) -> tuple[list[str], int]:
+    """After a kill -9 loop's ``writer`` stopped (its ``sessions`` ``[(agent,
+    session, path)]``, ``final`` state and ``owed`` ``{sid: {kind: turn
+    ends}}``): wait for every session's final state and every owed page, then
+    ``grace`` seconds more for a page too many. Returns ``(problems, turn
+    ends owed)``: a line for each (session, kind) paged another number of
+    times than it owed."""
+    for _agent, s, _path in writer.sessions:
+        exp.wait_state(s.sid, writer.final[s.sid], timeout=15)
+
+    def paged():
+        return all(len(alerts_for(receiver, sid, k)) >= n for sid, owed in writer.owed.items()
+                   for k, n in owed.items())
+    try:
+        wait_for(paged, timeout=20, what="every owed page")
+    except AssertionError:
+        pass  # the problems say which
+    time.sleep(grace)
+    problems = [f"{sid} {kind}: owed {n}, got {len(alerts_for(receiver, sid, kind))}"
+                for sid, owed in writer.owed.items() for kind, n in owed.items()
+                if len(alerts_for(receiver, sid, kind)) != n]
+    return problems, sum(n for owed in writer.owed.values() for n in owed.values())
+
+
 def log_has(exp: Exporter, text: str) -> bool:
     return text in exp.log()

@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import Proc
+
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stack"
 COMPOSE = REPO / "docker-compose.yml"
@@ -504,7 +506,6 @@ def _free_port() -> int:
 
 # Everything here is on loopback: never go through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_NO_PROXY_ENV = {**os.environ, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
 def _get(url: str, timeout: float = 5) -> bytes:
@@ -526,24 +527,6 @@ def _wait(what: str, pred, timeout: float, procs=()) -> None:
             last_exc = e
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what} (last error: {last_exc!r})")
-
-
-class _Proc:
-    def __init__(self, args: list[str], log: Path, cwd: Path):
-        self.log = log
-        self._f = open(log, "wb")
-        self.p = subprocess.Popen(args, stdout=self._f, stderr=subprocess.STDOUT, cwd=cwd,
-                                  stdin=subprocess.DEVNULL, env=_NO_PROXY_ENV)
-
-    def stop(self) -> None:
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(timeout=10)
-        self._f.close()
 
 
 class _Receiver(BaseHTTPRequestHandler):
@@ -664,7 +647,7 @@ def stack(tmp_path_factory):
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
 
-    procs: list[_Proc] = []
+    procs: list[Proc] = []
     try:
         first = _place_claude(claude, "v1.0.98_complete_session.jsonl")
         _place_claude(claude, "v2.1.38_short_interrupted.jsonl")
@@ -691,7 +674,7 @@ def stack(tmp_path_factory):
         }
         cfg_path = tmp / "exporter.yml"
         cfg_path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
-        exporter = _Proc([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg_path),
+        exporter = Proc([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg_path),
                           "--web.listen-address", f"127.0.0.1:{eport}", "--web.telemetry-path", "/metrics",
                           "--log.level", "info"], tmp / "exporter.log", REPO)
         procs.append(exporter)
@@ -715,7 +698,7 @@ def stack(tmp_path_factory):
         prom_cfg_path.write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
         check = _promtool("check", "config", str(prom_cfg_path))
         assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
-        prom = _Proc([prometheus, f"--config.file={prom_cfg_path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+        prom = Proc([prometheus, f"--config.file={prom_cfg_path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
                       f"--web.listen-address=127.0.0.1:{pport}", "--log.level=warn"], tmp / "prometheus.log", tmp)
         procs.append(prom)
         base = f"http://127.0.0.1:{pport}"
