@@ -21,7 +21,8 @@ import time
 import yaml
 
 from harness import Exporter, claude_path, wait_for
-from test_stack import EXPORTER_JOB, _free_port, _get, _need, _Proc, _query, _wait
+from harness import Proc
+from test_stack import EXPORTER_JOB, _free_port, _get, _need, _query, _wait
 
 
 def _iso(t: float) -> str:
@@ -80,7 +81,7 @@ def test_counters_count_news_only_across_restarts(tmp_path):
                "scrape_configs": [{"job_name": EXPORTER_JOB,
                                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]}]}
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-        prom = _Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+        prom = Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
                       f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{pport}",
                       "--log.level=warn"], tmp_path / "prometheus.log", tmp_path)
         base = f"http://127.0.0.1:{pport}"
