@@ -120,12 +120,14 @@ def build_targets(cfg: Config) -> list[Target]:
     return targets
 
 
-def describe_targets(cfg: Config) -> str:
-    """One line saying where alerts go (privacy-safe), or that they are off."""
-    try:
-        targets = build_targets(cfg)
-    except ValueError as e:
-        return f"alerts: configuration error: {e}"
+def describe_targets(cfg: Config, targets: list[Target] | None = None) -> str:
+    """One line saying where alerts go (privacy-safe), or that they are off;
+    ``targets``: those :func:`build_targets` made already (else built here)."""
+    if targets is None:
+        try:
+            targets = build_targets(cfg)
+        except ValueError as e:
+            return f"alerts: configuration error: {e}"
     if not targets:
         return "alerts: off (no Apprise URLs configured)"
     kinds = [k for k in KINDS if getattr(cfg.alerts.kinds, k)]
@@ -223,7 +225,7 @@ class Alerter:
             log.info("alerts off: no Apprise URLs configured (alerts.urls, alerts.config_file or $%s)",
                      cfg.alerts.url_env)
         else:
-            log.info("%s", describe_targets(cfg))
+            log.info("%s", describe_targets(cfg, targets))
         return cls(cfg, metrics, targets)
 
     def last_sent(self) -> tuple[float, str] | None:

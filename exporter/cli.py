@@ -254,8 +254,10 @@ def _check(cfg) -> int:
         print(f"claude_code session registry: {folder} ({'exists' if folder.is_dir() else 'does not exist yet'})")
     state_dir = cfg.resolved_state_dir()
     print(f"state_dir: {state_dir}")
-    print(describe_targets(cfg).splitlines()[0])
-    problems = _problems(cfg)
+    targets, problems = _targets(cfg)
+    print(describe_targets(cfg, targets) if targets is not None else
+          f"alerts: {len(problems)} unusable setting(s), listed below")
+    problems += _state_dir_problems(cfg.resolved_state_dir())
     if problems:
         print(f"configuration has {len(problems)} error(s):")
         for line in problems:
@@ -265,17 +267,22 @@ def _check(cfg) -> int:
     return 0
 
 
+def _targets(cfg) -> tuple[list | None, list[str]]:
+    """``(alert targets, [])``, or ``(None, every Apprise URL it cannot
+    use, one per line)``. Built once: Apprise logs each URL it cannot parse
+    every time it is asked."""
+    from .alerts import build_targets
+
+    try:
+        return build_targets(cfg), []
+    except ValueError as e:
+        return None, str(e).splitlines()
+
+
 def _problems(cfg) -> list[str]:
     """What ``run`` would refuse beyond the file's keys: Apprise URLs it
     cannot use (every one) and an unusable ``state_dir``."""
-    from .alerts import build_targets
-
-    problems = []
-    try:
-        build_targets(cfg)
-    except ValueError as e:
-        problems += str(e).splitlines()
-    return problems + _state_dir_problems(cfg.resolved_state_dir())
+    return _targets(cfg)[1] + _state_dir_problems(cfg.resolved_state_dir())
 
 
 def _state_dir_problems(state_dir) -> list[str]:

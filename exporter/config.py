@@ -341,10 +341,28 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     for kind in cfg.alerts.tags:
         if kind not in ALERT_KINDS:
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
+    errors += _path_errors(cfg, source)
     errors += _fleet_errors(cfg, source)
     if errors:
         raise ConfigError("\n".join(errors), errors, cfg)
     return cfg
+
+
+def _path_errors(cfg: Config, source: str) -> list[str]:
+    """Folders the exporter reads or writes must not depend on the folder it
+    is started in (a service manager starts it in ``/``): the transcript
+    roots, the session registry folder and ``state_dir`` are absolute or
+    start with ``~``."""
+    def relative(p) -> bool:
+        return bool(p) and not (os.path.isabs(p) or p.startswith("~"))
+
+    where = []
+    for prov, src in vars(cfg.sources).items():
+        if isinstance(src, ProviderSource):
+            where += [(f"sources.{prov}.paths[{i}]", p) for i, p in enumerate(src.paths)]
+    where += [("sources.claude_code.registry.path", cfg.sources.claude_code.registry.path), ("state_dir", cfg.state_dir)]
+    return [f"{source}: {key}: {p!r} is a relative path; give an absolute path or one starting with ~"
+            for key, p in where if relative(p)]
 
 
 def _fleet_errors(cfg: Config, source: str) -> list[str]:

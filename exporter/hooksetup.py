@@ -197,8 +197,9 @@ def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = Fals
             config_file: str | None = None, secret: str | None = None) -> str:
     """Merge the hooks into ``path``; return a one-line report for the user.
 
-    Writes atomically (temporary file, then rename, keeping the file's mode) after copying the
-    old file to ``<path>.bak-<YYYYmmddTHHMMSSZ>``; a symlinked ``path`` (dotfiles) is written
+    Writes atomically (temporary file, then rename, keeping the file's mode; mode 0600 when the
+    hooks carry ``secret``, and so does the backup) after copying the old file to
+    ``<path>.bak-<YYYYmmddTHHMMSSZ>``; a symlinked ``path`` (dotfiles) is written
     through: the file it points to changes, the link stays. Leaves ``path`` untouched when nothing
     changes or on error. Raises HookFileError (bad content) or OSError (cannot read or write).
     """
@@ -228,18 +229,21 @@ def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = Fals
             n += 1
             backup = path.with_name(f"{stamp}.{n}")
         shutil.copy2(path, backup)
+        if secret:  # it may hold the secret of an earlier install
+            os.chmod(backup, 0o600)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_dump(merged))
-        if text is not None:
+        if text is not None and not secret:  # mkstemp made it 0600: a file holding the secret stays so
             shutil.copymode(path, tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     added = ", ".join(block["hooks"])
-    return f"{path}: installed hooks for {added}" + (f" (backup: {backup})" if backup else "")
+    return (f"{path}: installed hooks for {added}" + (" (mode 0600: it holds the hook secret)" if secret else "")
+            + (f" (backup: {backup})" if backup else ""))
 
 
 def add_parser(sub) -> None:
@@ -323,9 +327,6 @@ def main(args: argparse.Namespace) -> int:
     path = args.file or default_file(args.agent)
     try:
         print(install(args.agent, path, args.url, args.use_command, args.config_file, secret))
-        if secret and hasattr(os, "getuid") and os.stat(path).st_mode & 0o044:
-            print(f"note: {path} now holds the exporter's hook secret and other users may read it: "
-                  f"chmod 600 {shlex.quote(str(path))}", file=sys.stderr)
     except HookFileError as e:
         print(f"coding-agent-exporter: {path}: {e}; left unchanged", file=sys.stderr)
         return 2

@@ -296,6 +296,9 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
     ("{{{", "not valid YAML"),
     ("metrics: {max_sessions: .inf}\n", "metrics.max_sessions"),
     ("reducer: {stall_after_seconds: .nan}\n", "reducer.stall_after_seconds"),
+    # a service manager starts the exporter in /: a relative folder would be looked for there
+    ("sources: {codex: {paths: [rel/codex]}}\n", "sources.codex.paths[0]: 'rel/codex' is a relative path"),
+    ("state_dir: state\n", "state_dir: 'state' is a relative path"),
 ])
 def test_bad_config_fails_with_file_and_key(tmp_path, content, key):
     cfg = tmp_path / "bad.yml"
@@ -313,6 +316,17 @@ def test_check_config_and_example(tmp_path):
     from coding_agent_exporter.config import Config, load
 
     assert load(ROOT / "config" / "config.example.yml") == Config()
+
+
+def test_check_config_says_each_unusable_alert_url_once(tmp_path):
+    """Apprise logs a URL it cannot parse every time it is asked: check-config asks once."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"alerts: {{urls: ['foo://bar']}}\nstate_dir: {tmp_path / 'state'}\n")
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(cfg)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2
+    assert out.stdout.count("alerts.urls[0]: not an Apprise URL") == 1
+    assert (out.stdout + out.stderr).count("Unparseable URL") <= 1
 
 
 def test_listen_address_errors(tmp_path):

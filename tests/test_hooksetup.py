@@ -242,6 +242,31 @@ def test_claude_http_hooks_carry_the_exporters_secret_and_command_hooks_do_not(t
     assert "headers" not in r.stdout and not (tmp_path / "other").exists()
 
 
+def test_a_settings_file_given_the_secret_is_made_private(tmp_path: Path):
+    """An existing, world-readable settings.json that gets the secret in its
+    hooks' headers is left mode 0600, and so is its backup (which holds an
+    earlier install's secret); without a secret the mode is kept."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state")}))
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text('{"model": "opus"}\n')
+    settings.chmod(0o644)
+    r = cli("install", "--agent", "claude_code", "--file", str(settings), "--config.file", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "X-Coding-Agent-Hook-Token" in settings.read_text() and "mode 0600" in r.stdout
+    assert settings.stat().st_mode & 0o777 == 0o600
+    hooks = tmp_path / "codex-hooks.json"
+    hooks.write_text("{}\n")
+    hooks.chmod(0o644)
+    assert cli("install", "--agent", "codex", "--file", str(hooks), "--config.file", str(cfg)).returncode == 0
+    assert hooks.stat().st_mode & 0o777 == 0o644  # command hooks: no secret in the file
+    (tmp_path / "state" / "hook-secret").unlink()  # a new secret: the old one stays in the backup only
+    r = cli("install", "--agent", "claude_code", "--file", str(settings), "--config.file", str(cfg))
+    backups = sorted(settings.parent.glob("settings.json.bak-*"))
+    assert r.returncode == 0 and backups and all(b.stat().st_mode & 0o777 == 0o600 for b in backups)
+
+
 def test_install_writes_through_a_symlinked_settings_file(tmp_path: Path):
     """A dotfiles setup: ``~/.claude/settings.json`` is a link into a repo.
     The file it points to gets the hooks; the link stays a link."""
