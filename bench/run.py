@@ -854,9 +854,10 @@ def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, thre
     ``rate * seconds`` hooks (:data:`FLOOD_CYCLE` repeated per session) at
     ``rate`` a second in all. Reported: the achieved rate, 2xx / refused /
     failed POSTs, ``coding_agent_hook_events_total`` delta per event name
-    against the 2xx ones sent (none lost: equal), hook errors, the waits the
-    reader applied (``coding_agent_user_wait_seconds_count``: one per
-    answered permission prompt), every session's state after it (working),
+    against the 2xx ones sent (none lost: equal), hook errors, the permission
+    waits observed (``coding_agent_user_wait_seconds_count``; at most one per
+    prompt: a wait is counted when an evaluation saw it, so one answered
+    before the next evaluation is not), every session's state after it (working),
     POST latency p50/p99, and pages: none may arrive by ``settle + 2`` s
     after the flood (no turn ended). Then one session's turn really ends
     (tool result and ``end_turn`` answer written, the Stop hook POSTed,
@@ -894,6 +895,7 @@ def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, thre
             pages0 = len(rx.times)
             outs = [{"lat": [], "status": []} for _ in range(threads)]
             t0 = time.perf_counter() + 0.05
+            cpu0, own0 = ex.cpu_seconds(), time.process_time()
             span = total / rate  # each thread spreads its share over the same span
             workers = [threading.Thread(target=_post_loop, args=(ex.port, jobs[j], headers, span / len(jobs[j]), t0,
                                                                   outs[j])) for j in range(threads)]
@@ -902,6 +904,7 @@ def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, thre
             for w in workers:
                 w.join()
             took = max(o["end"] for o in outs) - t0
+            cpu = (ex.cpu_seconds() - cpu0) / took, (time.process_time() - own0) / took  # exporter, this client
             statuses = [st for o in outs for st in o["status"]]
             lat = [x for o in outs for x in o["lat"]]
             accepted: dict[str, int] = {}
@@ -954,7 +957,7 @@ def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, thre
             time.sleep(settle + 2)  # a second page would come by now
             res[tree.label] = {
                 "rate": rate, "seconds": seconds, "sessions": n_sessions, "threads": threads, "sent": total,
-                "took": took, "achieved": total / took, "accepted": sum(accepted.values()), "refused": refused,
+                "took": took, "achieved": total / took, "exporter_cpu": cpu[0], "client_cpu": cpu[1], "accepted": sum(accepted.values()), "refused": refused,
                 "failed": failed, "accepted_by_name": accepted, "counted_by_name": delta,
                 "counted": sum(delta.values()), "lost": sum(accepted.values()) - sum(delta.values()),
                 "hook_errors": errors, "waits": waits(text) - w0, "waits_want": waits_want,
@@ -963,7 +966,8 @@ def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, thre
                 "flood_pages": len(flood_pages), "flood_page_titles": flood_pages[:5],
                 "end_pages": len(rx.times) - n0, "end_page_titles": rx.titles[n0:], "end_page_s": page_s}
             r_ = res[tree.label]
-            log(f"  hookflood [{tree.label}]: {r_['achieved']:.0f}/s for {took:.1f}s, {r_['accepted']} accepted, "
+            log(f"  hookflood [{tree.label}]: {r_['achieved']:.0f}/s for {took:.1f}s (CPU: exporter "
+                f"{100 * cpu[0]:.0f} %, client {100 * cpu[1]:.0f} % of a core), {r_['accepted']} accepted, "
                 f"{refused} refused, {failed} failed, counted {r_['counted']} (lost {r_['lost']}), errors {errors}, "
                 f"waits {r_['waits']:.0f}/{waits_want}, working {r_['states_working']}/{n_sessions}, POST p50 "
                 f"{1000 * r_['p50']:.1f} ms p99 {1000 * r_['p99']:.1f} ms, pages {len(flood_pages)} during, "
@@ -1135,7 +1139,7 @@ def table(r: dict, args) -> str:
     f = r.get("hookflood")
     if f:
         ok = f["lost"] == 0 and f["accepted"] == f["sent"] and f["flood_pages"] == 0 and f["end_pages"] == 1 \
-            and f["achieved"] >= 0.95 * f["rate"]
+            and f["achieved"] >= 0.98 * f["rate"]
         rows.append((f"hook flood: {f['rate']}/s for {f['seconds']:.0f} s over {f['sessions']} sessions "
                      f"({f['threads']} keep-alive connections)", _flood(f),
                      f"≥ {f['rate']}/s, none lost, 0 pages, then 1 page for a real turn end",
@@ -1147,9 +1151,9 @@ def table(r: dict, args) -> str:
 
 def _flood(f: dict) -> str:
     errs = ", ".join(f"{k} {v:.0f}" for k, v in f["hook_errors"].items()) or "none"
-    return (f"{f['achieved']:.0f}/s; {f['accepted']} of {f['sent']} accepted, {f['refused']} refused, {f['failed']} "
+    return (f"{f['achieved']:.0f}/s (exporter CPU {100 * f['exporter_cpu']:.0f} % of a core); {f['accepted']} of {f['sent']} accepted, {f['refused']} refused, {f['failed']} "
             f"failed; counted {f['counted']:.0f} (lost {f['lost']:.0f}); hook errors {errs}; permission waits "
-            f"ended {f['waits']:.0f} of {f['waits_want']}; POST p50 {1000 * f['p50']:.1f} ms, p99 "
+            f"observed {f['waits']:.0f} of {f['waits_want']}; POST p50 {1000 * f['p50']:.1f} ms, p99 "
             f"{1000 * f['p99']:.1f} ms; pages {f['flood_pages']} during, {f['end_pages']} for the turn end")
 
 
@@ -1191,11 +1195,13 @@ def compare(r: dict) -> str:
         n, o = r["hookflood"], b["hookflood"]
         rows.append(("hook flood: achieved rate", f"{o['achieved']:.0f}/s", f"{n['achieved']:.0f}/s",
                      ratio(n["achieved"], o["achieved"])))
+        rows.append(("hook flood: exporter CPU (% of a core)", f"{100 * o['exporter_cpu']:.0f} %",
+                     f"{100 * n['exporter_cpu']:.0f} %", ratio(n["exporter_cpu"], o["exporter_cpu"])))
         for k, label in (("accepted", "accepted (2xx)"), ("refused", "refused (4xx)"), ("failed", "failed (no reply)"),
                          ("lost", "lost (accepted − counted)"), ("flood_pages", "pages during the flood (false)"),
                          ("end_pages", "pages for the one real turn end")):
             rows.append((f"hook flood: {label}", f"{o[k]:.0f}", f"{n[k]:.0f}", ""))
-        rows.append(("hook flood: permission waits ended / sent", f"{o['waits']:.0f} / {o['waits_want']}",
+        rows.append(("hook flood: permission waits observed / prompts sent", f"{o['waits']:.0f} / {o['waits_want']}",
                      f"{n['waits']:.0f} / {n['waits_want']}", ""))
         rows.append(("hook flood: sessions working after it", f"{o['states_working']} / {o['sessions']}",
                      f"{n['states_working']} / {n['sessions']}", ""))
@@ -1224,8 +1230,9 @@ def main(argv=None) -> int:
     p.add_argument("--flood-rate", type=int, default=1000, help="hook flood: POSTs a second in all (default 1000)")
     p.add_argument("--flood-seconds", type=float, default=10, help="hook flood: its length (default 10)")
     p.add_argument("--flood-sessions", type=int, default=20, help="hook flood: live sessions (default 20)")
-    p.add_argument("--flood-threads", type=int, default=4,
-                   help="hook flood: sending threads, one keep-alive connection each (default 4)")
+    p.add_argument("--flood-threads", type=int, default=10,
+                   help="hook flood: sending threads, one keep-alive connection each (default 10: one waits for "
+                        "each reply, so at a few ms a reply four could not reach 1,000/s)")
     p.add_argument("--only", default=",".join(PARTS), help="comma-separated parts to run, of: " + ", ".join(PARTS))
     p.add_argument("--baseline", metavar="REV",
                    help="also measure the exporter of git revision REV (a detached worktree under --out), "
