@@ -1,17 +1,34 @@
 """Benchmark of coding-agent-exporter: cold scan, append-to-/metrics latency,
-alert latency, peak memory, idle CPU — measured in one run, printed as a
-table with ratios and targets.
+alert latency, peak memory, idle CPU, hooks — measured in one run, printed as
+a table with ratios and targets; with ``--baseline REV``, also the exporter of
+another git revision, interleaved in the same run, in a second table of both
+values and their ratio.
 
     python3 bench/run.py                 # reduced sizes, a few minutes
     python3 bench/run.py --full          # the sizes of the targets (issues 7 and 13)
+    python3 bench/run.py --baseline 055728d --only scan,history,append,hooks,hookflood
 
 ``--full`` is ``--history-size 3GB --size 400MB --sessions 10000 --huge-line 200MB
 --idle-files 1000 --idle-seconds 60 --appends 200 --poll-appends 40
 --alerts 30 --repeat 5``. Corpora are generated under ``bench/out/``
 (git-ignored) by ``bench/gen.py`` and reused while their parameters match.
+``--only`` takes a comma list of parts: scan, history, append, hooks,
+hookflood, alerts, rss, idle (all by default).
 
-What is measured (every exporter here is the real process, ``python3 -m
-exporter run`` or ``scan`` from this working tree):
+Every exporter here is the real process, ``python3 -m coding_agent_exporter
+run`` or ``scan``, of a source tree (:class:`Tree`): this working tree
+(``new``) and, with ``--baseline REV``, a detached git worktree of REV made
+under ``bench/out/baseline-<sha>`` (reused while it holds that commit),
+``baseline``. Each tree's package is imported through a folder of
+``bench/out/`` holding only a ``coding_agent_exporter`` symlink to its
+``exporter/``, first on ``PYTHONPATH``, so the venv's install does not
+matter. With a baseline, parts scan, history, append, hooks and hookflood
+run on both trees, interleaved: a cold scan or a start of one tree, then of
+the other, the order alternating each round (scan, history, hookflood), or
+both exporters running at once with the samples alternating (append,
+hooks); the others run on this tree only.
+
+What is measured:
 
 1. cold scan: wall time of the whole ``python3 -m coding_agent_exporter scan --json DIR``
    (start-up, discovery, decoding, reduction, output) against two loops over
@@ -36,8 +53,18 @@ exporter run`` or ``scan`` from this working tree):
    states and start-up read speed on two histories with the same active set
    (see :func:`bench_history`); every ratio is taken in the same run.
 7. hook POST → /metrics: a ``PermissionRequest`` then a ``PostToolUse``
-   hook POSTed to ``/hooks/claude_code`` for a live session; ``/metrics``
-   scraped until it shows waiting / working (:func:`bench_hooks`).
+   hook POSTed to ``/hooks/claude_code`` for a live session (with the
+   ``X-Coding-Agent-Hook-Token`` of ``state_dir/hook-secret`` when the
+   exporter has one); ``/metrics`` scraped until it shows waiting / working
+   (:func:`bench_hooks`; ``--appends`` of them).
+8. hook flood: ``--flood-rate`` Claude Code 2.1.332 hooks a second for
+   ``--flood-seconds`` over ``--flood-sessions`` live sessions, from
+   ``--flood-threads`` threads with a keep-alive connection each, alerts
+   to a real Apprise ``json://`` receiver; no turn ends, so a correct
+   exporter pages nothing: achieved rate, accepted / refused / failed POSTs,
+   ``coding_agent_hook_events_total`` against the accepted ones (none lost),
+   POST p50/p99, pages; then one real turn end must page exactly once
+   (:func:`bench_hookflood`).
 """
 
 from __future__ import annotations
@@ -65,6 +92,10 @@ sys.path.insert(0, str(HERE))
 
 import gen  # noqa: E402
 
+#: The parts ``--only`` selects, and those ``--baseline`` also runs on the
+#: baseline tree (the others run on this tree only).
+PARTS = ("scan", "history", "append", "hooks", "hookflood", "alerts", "rss", "idle")
+BASELINE_PARTS = ("scan", "history", "append", "hooks", "hookflood")
 FULL = {"history_size": "3GB", "size": "400MB", "sessions": 10000, "huge_line": "200MB", "idle_files": 1000, "idle_seconds": 60,
         "appends": 200, "poll_appends": 40, "alerts": 30, "repeat": 5}
 
@@ -112,26 +143,34 @@ print(time.perf_counter() - t, n)
 """
 
 
-def bench_scan(corpus: Path, repeat: int) -> dict:
+def bench_scan(corpus: Path, repeat: int, trees: list[Tree]) -> dict:
+    """(1) Per tree label: the best ``scan --json`` wall time of ``repeat``
+    runs, interleaved with the two loops and the other tree's scan (the
+    trees' order alternates by round); the loops' figures are shared."""
     nbytes = sum(p.stat().st_size for p in corpus.rglob("*.jsonl"))
-    times: dict[str, list[float]] = {"read": [], "orjson": [], "scan": []}
-    sessions = 0
+    loops: dict[str, list[float]] = {"read": [], "orjson": []}
+    scans: dict[str, list[float]] = {t.label: [] for t in trees}
+    sessions: dict[str, int] = {}
     for i in range(repeat):
         for mode in ("read", "orjson"):
             out = subprocess.run([sys.executable, "-c", LOOP, str(corpus), mode], capture_output=True, text=True,
                                  check=True)
-            times[mode].append(float(out.stdout.split()[0]))
-        t = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", str(corpus)], cwd=ROOT,
-                             capture_output=True, text=True, check=True)
-        times["scan"].append(time.perf_counter() - t)
-        sessions = len(out.stdout.splitlines())
-        log(f"  scan run {i + 1}/{repeat}: read {times['read'][-1]:.2f}s orjson {times['orjson'][-1]:.2f}s "
-            f"scan {times['scan'][-1]:.2f}s")
-    best = {k: min(v) for k, v in times.items()}
-    return {"bytes": nbytes, "sessions": sessions, "best": best, "all": times,
-            "mb_s": {k: nbytes / v / 1e6 for k, v in best.items()},
-            "ratio_orjson": best["orjson"] / best["scan"], "ratio_floor": best["read"] / best["scan"]}
+            loops[mode].append(float(out.stdout.split()[0]))
+        for tree in ordered(trees, i):
+            t = time.perf_counter()
+            out = tree.run("scan", "--json", str(corpus), capture_output=True, text=True)
+            scans[tree.label].append(time.perf_counter() - t)
+            sessions[tree.label] = len(out.stdout.splitlines())
+        log(f"  scan run {i + 1}/{repeat}: read {loops['read'][-1]:.2f}s orjson {loops['orjson'][-1]:.2f}s "
+            + " ".join(f"scan[{t.label}] {scans[t.label][-1]:.2f}s" for t in trees))
+    res = {}
+    for tree in trees:
+        times = {**loops, "scan": scans[tree.label]}
+        best = {k: min(v) for k, v in times.items()}
+        res[tree.label] = {"bytes": nbytes, "sessions": sessions[tree.label], "best": best, "all": times,
+                           "mb_s": {k: nbytes / v / 1e6 for k, v in best.items()},
+                           "ratio_orjson": best["orjson"] / best["scan"], "ratio_floor": best["read"] / best["scan"]}
+    return res
 
 
 STAGES = r"""
@@ -191,11 +230,11 @@ STAGE_NAMES = ["tailer: read and split lines", "tailer + orjson.loads", "tailer 
                "tailer + decode_line + provider project()", "whole store: + identity digests, dedupe, reducer"]
 
 
-def bench_stages(corpus: Path, repeat: int) -> dict:
+def bench_stages(corpus: Path, repeat: int, tree: Tree) -> dict:
     """CPU seconds of the scan pipeline's stages in one process (where the
-    time goes)."""
-    out = subprocess.run([sys.executable, "-c", STAGES, str(corpus), str(repeat)], cwd=ROOT, capture_output=True,
-                         text=True, check=True)
+    time goes; this tree's internals, so ``new`` only)."""
+    out = subprocess.run([sys.executable, "-c", STAGES, str(corpus), str(repeat)], cwd=tree.path, env=tree.env,
+                         capture_output=True, text=True, check=True)
     return dict(zip(STAGE_NAMES, map(float, out.stdout.split())))
 
 
@@ -205,13 +244,17 @@ _DONE = re.compile(r"start-up scan done in ([\d.]+) s: read (\d+) files \(([\d.]
 _UNIT = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
-def _start_up_line(log_text: str) -> dict:
-    m = _DONE.findall(log_text)[-1]
+def _start_up_line(log_text: str) -> dict | None:
+    """The figures of the daemon's last start-up line (None: none logged)."""
+    found = _DONE.findall(log_text)
+    if not found:
+        return None
+    m = found[-1]
     return {"took": float(m[0]), "read_files": int(m[1]), "read_bytes": float(m[2]) * _UNIT[m[3]],
             "read_s": float(m[4]), "skipped_files": int(m[5]), "skipped_bytes": float(m[6]) * _UNIT[m[7]]}
 
 
-def bench_history(work: Path, size: int, repeat: int) -> dict:
+def bench_history(work: Path, size: int, repeat: int, trees: list[Tree]) -> dict:
     """(6) Heavy history (issue 13): corpus A of ``size`` bytes dated as a history
     with about 1 % of its bytes recent (``gen.history``), and A plus an
     all-old corpus B of the same size: the same active set under one and two
@@ -220,27 +263,29 @@ def bench_history(work: Path, size: int, repeat: int) -> dict:
     ``repeat``), peak RSS, the start-up log's read/skip figures, and every
     active session's state at ready against ``scan`` of its files; ``scan``
     of the active files times the per-byte speed the daemon's start-up read
-    is held to."""
+    is held to. Per tree label; the trees take turns in each round (first
+    start and restart of one, then of the other; the order alternates)."""
     a, b = work / f"history-a-{size // 1_000_000}MB", work / f"history-b-{size // 1_000_000}MB"
     meta = gen.history(a, size, 0.01, seed=7)
     gen.history(b, size, 0.0, seed=8)
     names = set(meta["recent_sessions"])
     recent = [p for p in sorted(a.rglob("*.jsonl")) if gen._session_of(a, p) in names]
 
-    def scan_states(at: float) -> dict:
-        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", "--at", str(at),
-                              *map(str, recent)], cwd=ROOT, capture_output=True, text=True, check=True)
+    def scan_states(tree: Tree, at: float) -> dict:
+        out = tree.run("scan", "--json", "--at", str(at), *map(str, recent), capture_output=True, text=True)
         return {r["session_id"]: r["state"] for r in map(json.loads, out.stdout.splitlines())}
 
-    want = scan_states(time.time())
-    scan_s = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--json", *map(str, recent)], cwd=ROOT,
-                       capture_output=True, check=True)
-        scan_s.append(time.perf_counter() - t)
-    res = {"recent_bytes": meta["recent_bytes"], "recent_files": len(recent), "sessions": len(want),
-           "scan_recent_s": min(scan_s), "scan_recent_mb_s": meta["recent_bytes"] / min(scan_s) / 1e6, "sizes": []}
+    want = {t.label: scan_states(t, time.time()) for t in trees}
+    scan_s: dict[str, list[float]] = {t.label: [] for t in trees}
+    for i in range(repeat):
+        for tree in ordered(trees, i):
+            t = time.perf_counter()
+            tree.run("scan", "--json", *map(str, recent), capture_output=True)
+            scan_s[tree.label].append(time.perf_counter() - t)
+    res = {t.label: {"recent_bytes": meta["recent_bytes"], "recent_files": len(recent), "sessions": len(want[t.label]),
+                     "scan_recent_s": min(scan_s[t.label]),
+                     "scan_recent_mb_s": meta["recent_bytes"] / min(scan_s[t.label]) / 1e6, "sizes": []}
+           for t in trees}
     for corpora in ([a], [a, b]):
         roots = os.pathsep.join(str(c) for c in corpora)
         nbytes = sum(p.stat().st_size for c in corpora for p in c.rglob("*.jsonl"))
@@ -249,36 +294,40 @@ def bench_history(work: Path, size: int, repeat: int) -> dict:
                                         check=True).stdout.split()[0]) for _ in range(repeat))
         cfg = {"sources": {"claude_code": {"paths": [str(c / "claude" / "projects") for c in corpora]},
                            "codex": {"paths": [str(c / "codex" / "sessions") for c in corpora]}}}
-        row = {"bytes": nbytes, "files": files, "loop_s": loop, "first": [], "restart": [], "rss": [], "lines": []}
+        rows = {t.label: {"bytes": nbytes, "files": files, "loop_s": loop, "first": [], "restart": [], "rss": [],
+                          "lines": [], "wrong": 0} for t in trees}
         for i in range(repeat):
-            name = f"history-{len(corpora)}-{i}"
-            state = a.parent / f"state-{name}"
-            if state.exists():
-                import shutil
-                shutil.rmtree(state)
-            for phase in ("first", "restart"):
-                ex = Exporter(a.parent, cfg, name).start()
-                try:
-                    row[phase].append(ex.ready_s)
-                    time.sleep(WARMUP_SECONDS)  # the file watches and the first poll's walk are done
-                    row["rss"].append(ex.status("VmHWM"))
-                    at = time.time()
-                    text = ex.scrape()
-                    got = {sid: ex.state(text, sid) for sid in want}
-                    want = scan_states(at)  # time-based rules (inferred, stalled): the same instant
-                    row.setdefault("wrong", 0)
-                    row["wrong"] = max(row["wrong"], sum(got[k] != v for k, v in want.items()))
-                finally:
-                    ex.stop()
-                row["lines"].append(_start_up_line(ex.log_path.read_text()))
-        first = [ln for ln in row["lines"][::2]]
-        read_mb_s = [ln["read_bytes"] / ln["read_s"] / 1e6 for ln in first if ln["read_s"] > 0]
-        row.update(first_s=min(row["first"]), restart_s=min(row["restart"]), peak_rss=max(row["rss"]),
-                   read_mb_s=max(read_mb_s) if read_mb_s else 0.0, start_up=first[0])
-        log(f"  history {mb(nbytes)} ({files} files): loop {loop:.2f}s, ready {row['first_s']:.2f}s first, "
-            f"{row['restart_s']:.2f}s restart, peak RSS {mb(row['peak_rss'])}, start-up read "
-            f"{row['read_mb_s']:.0f} MB/s, wrong states {row['wrong']}")
-        res["sizes"].append(row)
+            for tree in ordered(trees, i):
+                row = rows[tree.label]
+                name = f"history-{len(corpora)}-{i}"
+                for phase in ("first", "restart"):
+                    ex = Exporter(a.parent, cfg, name, tree)
+                    if phase == "first" and ex.state_dir.exists():
+                        import shutil
+                        shutil.rmtree(ex.state_dir)
+                    ex.start()
+                    try:
+                        row[phase].append(ex.ready_s)
+                        time.sleep(WARMUP_SECONDS)  # the file watches and the first poll's walk are done
+                        row["rss"].append(ex.status("VmHWM"))
+                        at = time.time()
+                        text = ex.scrape()
+                        got = {sid: ex.state(text, sid) for sid in want[tree.label]}
+                        want[tree.label] = scan_states(tree, at)  # time-based rules (inferred, stalled): the same instant
+                        row["wrong"] = max(row["wrong"], sum(got[k] != v for k, v in want[tree.label].items()))
+                    finally:
+                        ex.stop()
+                    row["lines"].append(_start_up_line(ex.log_path.read_text()))
+        for tree in trees:
+            row = rows[tree.label]
+            first = [ln for ln in row["lines"][::2] if ln]
+            read_mb_s = [ln["read_bytes"] / ln["read_s"] / 1e6 for ln in first if ln["read_s"] > 0]
+            row.update(first_s=min(row["first"]), restart_s=min(row["restart"]), peak_rss=max(row["rss"]),
+                       read_mb_s=max(read_mb_s) if read_mb_s else 0.0, start_up=first[0] if first else None)
+            log(f"  history {mb(nbytes)} ({files} files) [{tree.label}]: loop {loop:.2f}s, ready {row['first_s']:.2f}s "
+                f"first, {row['restart_s']:.2f}s restart, peak RSS {mb(row['peak_rss'])}, start-up read "
+                f"{row['read_mb_s']:.0f} MB/s, wrong states {row['wrong']}")
+            res[tree.label]["sizes"].append(row)
     return res
 
 
@@ -294,9 +343,77 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Tree:
+    """A source tree whose exporter is measured: this working tree (label
+    ``new``) or a detached git worktree of ``--baseline REV`` (label
+    ``baseline``). Its package is imported from a folder under
+    ``bench/out/`` that holds only a ``coding_agent_exporter`` symlink to the
+    tree's ``exporter/``, put first on ``PYTHONPATH`` (before the venv's
+    editable install, whose finder comes after the path), so each tree runs
+    its own code with the venv's dependencies; the process runs in the tree."""
+
+    def __init__(self, label: str, path: Path, work: Path):
+        self.label, self.path = label, path
+        self.rev = subprocess.run(["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                  text=True).stdout.strip() or "?"
+        if subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--untracked-files=no", "exporter"],
+                          capture_output=True, text=True).stdout.strip():
+            self.rev += "+changes"
+        shim = work / f"pkg-{label}"
+        shim.mkdir(parents=True, exist_ok=True)
+        link = shim / "coding_agent_exporter"
+        if link.is_symlink() and os.readlink(link) != str(path / "exporter"):
+            link.unlink()
+        if not link.is_symlink():
+            link.symlink_to(path / "exporter", target_is_directory=True)
+        self.env = dict(os.environ)
+        self.env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
+        self.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(shim), os.environ.get("PYTHONPATH")]))
+
+    def cmd(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "coding_agent_exporter", *args]
+
+    def run(self, *args: str, **kw) -> subprocess.CompletedProcess:
+        """``python3 -m coding_agent_exporter ARGS`` of this tree (raises
+        ``CalledProcessError`` when it fails)."""
+        return subprocess.run(self.cmd(*args), cwd=self.path, env=self.env, check=True, **kw)
+
+    def check(self) -> str:
+        """Where this tree's package is imported from (must be its own)."""
+        out = subprocess.run([sys.executable, "-c", "import coding_agent_exporter as m; print(m.__file__)"],
+                             cwd=self.path, env=self.env, capture_output=True, text=True, check=True).stdout.strip()
+        if Path(out).resolve().parent != (self.path / "exporter").resolve():
+            raise RuntimeError(f"{self.label}: coding_agent_exporter imported from {out}, not {self.path}")
+        return out
+
+
+def baseline_tree(rev: str, work: Path) -> Tree:
+    """A detached git worktree of ``rev`` at ``work/baseline-<sha>`` (made
+    once, reused while it holds that commit)."""
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    path = work / f"baseline-{sha[:12]}"
+    if not (path / ".git").exists():
+        log(f"making a worktree of {rev} ({sha[:12]}) at {path} …")
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--force", "--detach", str(path), sha],
+                       check=True, capture_output=True)
+    head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    if head != sha:
+        raise RuntimeError(f"{path} holds {head or 'no commit'}, not {sha}: remove it (git worktree remove)")
+    return Tree("baseline", path, work)
+
+
+def ordered(trees: list, i: int) -> list:
+    """The trees in round ``i``'s order: A, B then B, A, so that neither
+    always runs first."""
+    return trees if i % 2 == 0 else trees[::-1]
+
+
 class Exporter:
-    def __init__(self, root: Path, config: dict, name: str):
+    def __init__(self, root: Path, config: dict, name: str, tree: Tree):
         self.root = root
+        self.tree = tree
+        name = f"{name}-{tree.label}"
         self.port = free_port()
         self.cfg_path = root / f"bench-{name}.yml"
         cfg = {"sources": {"claude_code": {"paths": [str(root / "claude" / "projects")]},
@@ -304,19 +421,18 @@ class Exporter:
                "state_dir": str(root / f"state-{name}")}
         for k, v in config.items():
             cfg.setdefault(k, {}).update(v) if isinstance(v, dict) else cfg.__setitem__(k, v)
+        self.state_dir = Path(cfg["state_dir"])
         self.cfg_path.write_text(json.dumps(cfg))  # JSON is YAML
         self.log_path = root / f"bench-{name}.log"
         self.proc: subprocess.Popen | None = None
         self.ready_s = None
 
     def start(self, timeout: float = 600) -> "Exporter":
-        env = dict(os.environ)
-        env.pop("CODING_AGENT_EXPORTER_APPRISE_URLS", None)
         self._log = open(self.log_path, "wb")
         t = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(self.cfg_path),
-                                      "--web.listen-address", f"127.0.0.1:{self.port}"], cwd=ROOT,
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(self.tree.cmd("run", "--config.file", str(self.cfg_path),
+                                                   "--web.listen-address", f"127.0.0.1:{self.port}"),
+                                     cwd=self.tree.path, stdout=self._log, stderr=subprocess.STDOUT, env=self.tree.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -330,6 +446,16 @@ class Exporter:
                 pass
             time.sleep(0.02)
         raise RuntimeError("exporter not ready in time")
+
+    def hook_headers(self) -> dict:
+        """The headers of a Claude Code HTTP hook: JSON, and the secret
+        ``X-Coding-Agent-Hook-Token`` when the exporter keeps one in
+        ``state_dir/hook-secret`` (older exporters have none)."""
+        headers = {"Content-Type": "application/json"}
+        secret = Path(self.state_dir) / "hook-secret"
+        if secret.exists():
+            headers["X-Coding-Agent-Hook-Token"] = secret.read_text().strip()
+        return headers
 
     def scrape(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
@@ -438,66 +564,89 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, max(0, int(round(q / 100 * len(v) + 0.5)) - 1))]
 
 
-def bench_append(work: Path, n: int, events: bool, poll: float) -> dict:
-    root = work / ("append-events" if events else "append-poll")
-    gen.many_sessions(root, 20, seed=5)
+def _latencies(lat: list[float], **extra) -> dict:
+    return {"n": len(lat), "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat), "mean": statistics.mean(lat),
+            **extra}
+
+
+def bench_append(work: Path, n: int, events: bool, poll: float, trees: list[Tree]) -> dict:
+    """(2) Append → /metrics, per tree label. One exporter per tree runs at
+    the same time (each on its own 20-session corpus, with a live Claude and
+    a live Codex session); the samples alternate between them (A, B, B, A …),
+    so both see the same machine."""
+    mode = "events" if events else "poll"
     cfg = {"sources": {"watch_events": events}}
     if not events:
         cfg["sources"]["poll_interval_seconds"] = poll
-    ex = Exporter(root, cfg, "append").start()
+    runs = {}
     try:
-        lives = [LiveClaude(root), LiveCodex(root)]
-        for lv in lives:
-            append(lv.path, lv.prompt())
-            ex.wait_state(lv.sid, "working")
+        for tree in trees:
+            root = work / f"append-{mode}-{tree.label}"
+            gen.many_sessions(root, 20, seed=5)
+            ex = runs[tree.label] = Exporter(root, cfg, "append", tree)
+            ex.start()
+            ex.lives = [LiveClaude(root), LiveCodex(root)]
+            for lv in ex.lives:
+                append(lv.path, lv.prompt())
+                ex.wait_state(lv.sid, "working")
         time.sleep(WARMUP_SECONDS)
-        lat = []
+        lat: dict[str, list[float]] = {t.label: [] for t in trees}
         for i in range(-4, n):  # 4 warm-up appends, not counted
-            lv = lives[i % 2]
-            line, want = (lv.marker(), "completed") if (i // 2) % 2 == 0 else (lv.prompt(), "working")
-            t0 = time.perf_counter()
-            append(lv.path, line)
-            took = ex.wait_state(lv.sid, want) - t0
-            if i >= 0:
-                lat.append(took)
-            time.sleep(0.02 if events else 0.05)
-        return {"n": n, "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat),
-                "mean": statistics.mean(lat), "poll_interval": None if events else poll}
+            for tree in ordered(trees, i):
+                ex = runs[tree.label]
+                lv = ex.lives[i % 2]
+                line, want = (lv.marker(), "completed") if (i // 2) % 2 == 0 else (lv.prompt(), "working")
+                t0 = time.perf_counter()
+                append(lv.path, line)
+                took = ex.wait_state(lv.sid, want) - t0
+                if i >= 0:
+                    lat[tree.label].append(took)
+                time.sleep(0.02 if events else 0.05)
+        return {t.label: _latencies(lat[t.label], poll_interval=None if events else poll) for t in trees}
     finally:
-        ex.stop()
+        for ex in runs.values():
+            ex.stop()
 
 
-def bench_hooks(work: Path, n: int) -> dict:
+def bench_hooks(work: Path, n: int, trees: list[Tree]) -> dict:
     """Hook POST → /metrics: a Claude Code session's ``PermissionRequest``
     hook (→ waiting), then ``PostToolUse`` (→ working), POSTed as the agent
-    does to ``/hooks/claude_code``; ``/metrics`` scraped until it shows the
-    state. The time runs from the POST's start (the request included)."""
-    root = work / "hooks"
-    gen.many_sessions(root, 20, seed=7)
-    ex = Exporter(root, {}, "hooks").start()
+    does to ``/hooks/claude_code`` (with the hook secret when the exporter
+    has one); ``/metrics`` scraped until it shows the state. The time runs
+    from the POST's start (the request included). Per tree label, the
+    trees' exporters running at once and the samples alternating."""
+    runs = {}
     try:
-        lv = LiveClaude(root)
-        append(lv.path, lv.prompt())
-        ex.wait_state(lv.sid, "working")
+        for tree in trees:
+            root = work / f"hooks-{tree.label}"
+            gen.many_sessions(root, 20, seed=7)
+            ex = runs[tree.label] = Exporter(root, {}, "hooks", tree)
+            ex.start()
+            ex.lv = LiveClaude(root)
+            append(ex.lv.path, ex.lv.prompt())
+            ex.wait_state(ex.lv.sid, "working")
         time.sleep(WARMUP_SECONDS)
-        lat = []
-        url = f"http://127.0.0.1:{ex.port}/hooks/claude_code"
+        lat: dict[str, list[float]] = {t.label: [] for t in trees}
         for i in range(-4, n):
             name, want = ("PermissionRequest", "waiting") if i % 2 == 0 else ("PostToolUse", "working")
-            body = json.dumps({"session_id": lv.sid, "transcript_path": str(lv.path), "cwd": "/home/dev/live",
-                               "hook_event_name": name, "tool_name": "Bash",
-                               "tool_input": {"command": f"make test {i}"}}).encode()
-            t0 = time.perf_counter()
-            req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=5) as r:
-                r.read()
-            took = ex.wait_state(lv.sid, want) - t0
-            if i >= 0:
-                lat.append(took)
-            time.sleep(0.02)
-        return {"n": n, "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat), "mean": statistics.mean(lat)}
+            for tree in ordered(trees, i // 2):
+                ex, lv = runs[tree.label], runs[tree.label].lv
+                body = json.dumps({"session_id": lv.sid, "transcript_path": str(lv.path), "cwd": "/home/dev/live",
+                                   "hook_event_name": name, "tool_name": "Bash",
+                                   "tool_input": {"command": f"make test {i}"}}).encode()
+                req = urllib.request.Request(f"http://127.0.0.1:{ex.port}/hooks/claude_code", data=body,
+                                             headers=ex.hook_headers())
+                t0 = time.perf_counter()
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    r.read()
+                took = ex.wait_state(lv.sid, want) - t0
+                if i >= 0:
+                    lat[tree.label].append(took)
+                time.sleep(0.02)
+        return {t.label: _latencies(lat[t.label]) for t in trees}
     finally:
-        ex.stop()
+        for ex in runs.values():
+            ex.stop()
 
 
 # -- (3) alerts ----------------------------------------------------------------
@@ -506,11 +655,16 @@ class Receiver:
 
     def __init__(self):
         self.times: list[float] = []
+        self.titles: list[str] = []
         outer = self
 
         class H(BaseHTTPRequestHandler):
             def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    outer.titles.append(str(json.loads(body).get("title")))
+                except (ValueError, AttributeError):
+                    outer.titles.append("?")
                 outer.times.append(time.perf_counter())
                 self.send_response(200)
                 self.end_headers()
@@ -528,12 +682,12 @@ class Receiver:
         self.server.server_close()
 
 
-def bench_alerts(work: Path, n: int, settle: float) -> dict:
+def bench_alerts(work: Path, n: int, settle: float, tree: Tree) -> dict:
     root = work / "alerts"
     gen.many_sessions(root, 20, seed=6)
     rx = Receiver()
     ex = Exporter(root, {"alerts": {"urls": [f"json://127.0.0.1:{rx.port}/notify"], "settle_seconds": settle,
-                                    "max_age_seconds": 0}}, "alerts").start()
+                                    "max_age_seconds": 0}}, "alerts", tree).start()
     try:
         lives = [LiveClaude(root), LiveCodex(root)]
         time.sleep(WARMUP_SECONDS)
@@ -558,11 +712,298 @@ def bench_alerts(work: Path, n: int, settle: float) -> dict:
         rx.close()
 
 
+# -- (8) hook flood -------------------------------------------------------------
+CLAUDE_VERSION = "2.1.332"
+
+
+class LiveClaude332:
+    """A live Claude Code 2.1.332 session in the middle of a turn, with the
+    record and hook shapes the real CLI wrote (the offline recording
+    ``tui_permission_allow`` of ``shared/live-agents``, Claude Code 2.1.332):
+    mode / permission-mode / file-history-snapshot lines, a typed prompt
+    (``promptId``, ``origin``, ``turnPosition`` …), one API response split
+    one content block per line (a text block, then a Bash ``tool_use``, both
+    ``stop_reason: "tool_use"``), ``last-prompt``. Hook bodies carry the
+    envelope (``session_id``, ``transcript_path``, ``cwd``, ``prompt_id``,
+    ``permission_mode``, ``effort``) and each event's fields as 2.1.332 sent
+    them. :meth:`end` gives the turn end: the tool result and an
+    ``end_turn`` answer, then (after the Stop hook) ``stop_hook_summary`` and
+    ``turn_duration``."""
+
+    def __init__(self, root: Path, n: int):
+        self.sid = str(uuid.uuid4())
+        self.cwd = f"/home/dev/work/flood-{n:02d}"
+        self.path = root / "claude" / "projects" / self.cwd.replace("/", "-") / f"{self.sid}.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.prompt_id = str(uuid.uuid4())
+        self.parent = None
+        self.tool = 0
+
+    def _line(self, d: dict) -> bytes:
+        return json.dumps(d, ensure_ascii=False).encode() + b"\n"
+
+    def _rec(self, type: str, **kw) -> bytes:
+        u = str(uuid.uuid4())
+        d = {"parentUuid": self.parent, "isSidechain": False, **kw, "type": type, "uuid": u,
+             "timestamp": _iso(time.time()), "userType": "external", "entrypoint": "cli", "cwd": self.cwd,
+             "sessionId": self.sid, "version": CLAUDE_VERSION, "gitBranch": "HEAD"}
+        self.parent = u
+        return self._line(d)
+
+    def _assistant(self, content: dict, stop: str, msg_id: str) -> bytes:
+        return self._rec("assistant", message={
+            "id": msg_id, "type": "message", "role": "assistant", "model": "claude-opus-5-5", "content": [content],
+            "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 12, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                      "output_tokens": 20, "service_tier": "standard"}, "stop_details": None},
+            requestId=f"req_{msg_id[4:]}", requestedModel="claude-opus-5-5", effort="medium", madeBy="model",
+            session_id=self.sid)
+
+    def start(self) -> bytes:
+        meta = [self._line({"type": "mode", "mode": "normal", "sessionId": self.sid}),
+                self._line({"type": "permission-mode", "permissionMode": "default", "sessionId": self.sid})]
+        prompt = self._rec("user", promptId=self.prompt_id, message={"role": "user", "content": "Run the tests."},
+                           permissionMode="default", origin={"kind": "human"}, promptSource="typed",
+                           turnOrigin="human", turnPosition={"promptIndex": 1, "turnIndex": 1})
+        msg = "msg_" + uuid.uuid4().hex[:20]
+        text = self._assistant({"type": "text", "text": "I will run a command."}, "tool_use", msg)
+        tool = self._assistant({"type": "tool_use", "id": self.tool_use_id(), "name": "Bash",
+                                "input": {"command": "make test", "description": "Run the tests"}}, "tool_use", msg)
+        last = self._line({"type": "last-prompt", "lastPrompt": "Run the tests.", "leafUuid": self.parent,
+                           "sessionId": self.sid})
+        return b"".join(meta + [prompt, text, tool, last])
+
+    def tool_use_id(self) -> str:
+        return f"toolu_{self.sid[:8]}{self.tool:08d}"
+
+    def end(self) -> tuple[bytes, bytes]:
+        tool_use = self.parent
+        result = self._rec("user", promptId=self.prompt_id, message={"role": "user", "content": [
+            {"tool_use_id": self.tool_use_id(), "type": "tool_result", "content": "ok", "is_error": False}]},
+            toolUseResult={"stdout": "ok", "stderr": "", "interrupted": False, "isImage": False},
+            sourceToolAssistantUUID=tool_use, session_id=self.sid)
+        answer = self._assistant({"type": "text", "text": "Done: the tests pass."}, "end_turn",
+                                 "msg_" + uuid.uuid4().hex[:20])
+        summary = self._rec("system", subtype="stop_hook_summary", hookCount=1, hookInfos=[], hookErrors=[],
+                            preventedContinuation=False, stopReason="", hasOutput=False, level="suggestion",
+                            session_id=self.sid)
+        duration = self._rec("system", subtype="turn_duration", durationMs=12000, messageCount=16, isMeta=False)
+        return result + answer, summary + duration
+
+    def hook(self, name: str) -> bytes:
+        """One hook body as Claude Code 2.1.332 POSTs it."""
+        d = {"session_id": self.sid, "transcript_path": str(self.path), "cwd": self.cwd, "prompt_id": self.prompt_id,
+             "permission_mode": "default", "effort": {"level": "medium"}, "hook_event_name": name}
+        cmd = {"command": f"make test {self.tool}", "description": "Run the tests"}
+        if name == "UserPromptSubmit":
+            self.prompt_id = d["prompt_id"] = str(uuid.uuid4())
+            del d["effort"]
+            d["prompt"] = "Run the tests again."
+        elif name == "PreToolUse":
+            self.tool += 1
+            cmd["command"] = f"make test {self.tool}"
+            d.update(tool_name="Bash", tool_input=cmd, tool_use_id=self.tool_use_id())
+        elif name == "PermissionRequest":
+            d.update(tool_name="Bash", tool_input=cmd, permission_suggestions=[
+                {"type": "addDirectories", "directories": [self.cwd], "destination": "session"},
+                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}])
+        elif name == "Notification":
+            for k in ("permission_mode", "effort"):
+                del d[k]
+            d.update(message="Claude needs your permission", notification_type="permission_prompt")
+        elif name == "PostToolUse":
+            d.update(tool_name="Bash", tool_input=cmd, tool_response={
+                "stdout": "ok", "stderr": "", "interrupted": False, "isImage": False, "noOutputExpected": False},
+                tool_use_id=self.tool_use_id(), duration_ms=62)
+        elif name == "Stop":
+            d.update(stop_hook_active=False, last_assistant_message="Done: the tests pass.", background_tasks=[],
+                     session_crons=[])
+        return json.dumps(d).encode()
+
+
+#: One cycle of a session's hooks in the flood: no Stop, so no turn ends;
+#: every permission prompt (PermissionRequest, then the permission_prompt
+#: Notification) is answered by the tool's PostToolUse, and a cycle ends
+#: with the session working.
+FLOOD_CYCLE = ("UserPromptSubmit", "PreToolUse", "PostToolUse", "PreToolUse", "PermissionRequest", "Notification",
+               "PostToolUse", "PreToolUse", "PermissionRequest", "Notification", "PostToolUse")
+
+
+def _post_loop(port: int, jobs: list[tuple[str, bytes]], headers: dict, interval: float, t0: float, out: dict):
+    """Send ``jobs`` (hook name, body) over one keep-alive connection, job k
+    at ``t0 + k * interval`` (at once when behind). ``out`` gets each
+    POST's status (or the exception's name) and latency."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for k, (name, body) in enumerate(jobs):
+        delay = t0 + k * interval - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        t = time.perf_counter()
+        try:
+            conn.request("POST", "/hooks/claude_code", body=body, headers=headers)
+            r = conn.getresponse()
+            r.read()
+            status = r.status
+        except (OSError, http.client.HTTPException) as e:
+            status = type(e).__name__
+            conn.close()
+        out["lat"].append(time.perf_counter() - t)
+        out["status"].append((name, status))
+    out["end"] = time.perf_counter()
+    conn.close()
+
+
+def bench_hookflood(work: Path, rate: int, seconds: float, n_sessions: int, threads: int, settle: float,
+                    trees: list[Tree]) -> dict:
+    """(8) Hook flood, per tree label (one tree after the other). An
+    exporter with alerts to a real Apprise ``json://`` loopback receiver
+    (``settle_seconds: settle``) follows ``n_sessions`` live Claude Code
+    2.1.332 sessions (:class:`LiveClaude332`, each mid-turn). ``threads``
+    threads, each with its own keep-alive connection and its own share of
+    the sessions (so each session's hooks stay in order), POST
+    ``rate * seconds`` hooks (:data:`FLOOD_CYCLE` repeated per session) at
+    ``rate`` a second in all. Reported: the achieved rate, 2xx / refused /
+    failed POSTs, ``coding_agent_hook_events_total`` delta per event name
+    against the 2xx ones sent (none lost: equal), hook errors, the permission
+    waits observed (``coding_agent_user_wait_seconds_count``; at most one per
+    prompt: a wait is counted when an evaluation saw it, so one answered
+    before the next evaluation is not), every session's state after it (working),
+    POST latency p50/p99, and pages: none may arrive by ``settle + 2`` s
+    after the flood (no turn ended). Then one session's turn really ends
+    (tool result and ``end_turn`` answer written, the Stop hook POSTed,
+    ``stop_hook_summary`` and ``turn_duration`` written): exactly one page
+    must follow, so zero is not vacuous."""
+    res = {}
+    for tree in trees:
+        root = work / f"hookflood-{tree.label}"
+        if root.exists():
+            import shutil
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        rx = Receiver()
+        ex = Exporter(root, {"alerts": {"urls": [f"json://127.0.0.1:{rx.port}/notify"], "settle_seconds": settle}},
+                      "hookflood", tree)
+        ex.start()
+        try:
+            lives = [LiveClaude332(root, n) for n in range(n_sessions)]
+            for lv in lives:
+                lv.path.write_bytes(lv.start())
+            for lv in lives:
+                ex.wait_state(lv.sid, "working")
+            time.sleep(WARMUP_SECONDS)
+            headers = ex.hook_headers()
+            per_session = -(-int(rate * seconds) // n_sessions)
+            cycles = -(-per_session // len(FLOOD_CYCLE))
+            names = list(FLOOD_CYCLE) * cycles
+            jobs: list[list[tuple[str, bytes]]] = [[] for _ in range(threads)]
+            for j in range(threads):  # round-robin over the thread's sessions, each in its own order
+                mine = lives[j::threads]
+                for name in names:
+                    jobs[j] += [(name, lv.hook(name)) for lv in mine]
+            total = sum(map(len, jobs))
+            before = ex.scrape()
+            pages0 = len(rx.times)
+            outs = [{"lat": [], "status": []} for _ in range(threads)]
+            t0 = time.perf_counter() + 0.05
+            cpu0, own0 = ex.cpu_seconds(), time.process_time()
+            span = total / rate  # each thread spreads its share over the same span
+            workers = [threading.Thread(target=_post_loop, args=(ex.port, jobs[j], headers, span / len(jobs[j]), t0,
+                                                                  outs[j])) for j in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            took = max(o["end"] for o in outs) - t0
+            cpu = (ex.cpu_seconds() - cpu0) / took, (time.process_time() - own0) / took  # exporter, this client
+            statuses = [st for o in outs for st in o["status"]]
+            lat = [x for o in outs for x in o["lat"]]
+            accepted: dict[str, int] = {}
+            for name, st in statuses:
+                if isinstance(st, int) and 200 <= st < 300:
+                    accepted[name] = accepted.get(name, 0) + 1
+            refused = sum(1 for _, st in statuses if isinstance(st, int) and not 200 <= st < 300)
+            failed = sum(1 for _, st in statuses if not isinstance(st, int))
+            waits_want = sum(1 for n in names if n == "PermissionRequest") * n_sessions
+
+            def waits(text: str) -> float:
+                return sum(float(m.group(1)) for m in re.finditer(
+                    r'^coding_agent_user_wait_seconds_count\{[^}]*reason="permission"[^}]*\} (\S+)$', text, re.M))
+
+            w0 = waits(before)
+            deadline = time.perf_counter() + 60
+            seen, still = -1.0, time.perf_counter()
+            while time.perf_counter() < deadline:  # until the reader has applied every answered prompt
+                text = ex.scrape()
+                done = all(ex.state(text, lv.sid) == "working" for lv in lives)
+                w = waits(text) - w0
+                if w != seen:
+                    seen, still = w, time.perf_counter()
+                if done and (w >= waits_want or time.perf_counter() - still > 2):  # (or it stopped moving)
+                    break
+                time.sleep(0.1)
+            applied_s = time.perf_counter() - t0 - took
+            time.sleep(settle + 2)
+            text = ex.scrape()
+            delta = {n: _hook_count(text, n) - _hook_count(before, n) for n in set(FLOOD_CYCLE)}
+            e0 = _hook_errors(before)
+            errors = {k: v - e0.get(k, 0) for k, v in _hook_errors(text).items() if v > e0.get(k, 0)}
+            flood_pages = rx.titles[pages0:]
+            states = [ex.state(text, lv.sid) for lv in lives]
+            # the real turn end of one session: exactly one page
+            lv = lives[0]
+            first, last = lv.end()
+            append(lv.path, first)
+            req = urllib.request.Request(f"http://127.0.0.1:{ex.port}/hooks/claude_code", data=lv.hook("Stop"),
+                                         headers=headers)
+            t_stop = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=10) as r:
+                r.read()
+            append(lv.path, last)
+            n0 = len(rx.times)
+            deadline = time.perf_counter() + settle + 30
+            while len(rx.times) <= n0 and time.perf_counter() < deadline:
+                time.sleep(0.005)
+            page_s = rx.times[n0] - t_stop - settle if len(rx.times) > n0 else None
+            time.sleep(settle + 2)  # a second page would come by now
+            res[tree.label] = {
+                "rate": rate, "seconds": seconds, "sessions": n_sessions, "threads": threads, "sent": total,
+                "took": took, "achieved": total / took, "exporter_cpu": cpu[0], "client_cpu": cpu[1], "accepted": sum(accepted.values()), "refused": refused,
+                "failed": failed, "accepted_by_name": accepted, "counted_by_name": delta,
+                "counted": sum(delta.values()), "lost": sum(accepted.values()) - sum(delta.values()),
+                "hook_errors": errors, "waits": waits(text) - w0, "waits_want": waits_want,
+                "states_working": sum(st == "working" for st in states), "applied_after_s": applied_s,
+                "p50": pct(lat, 50), "p99": pct(lat, 99), "max": max(lat),
+                "flood_pages": len(flood_pages), "flood_page_titles": flood_pages[:5],
+                "end_pages": len(rx.times) - n0, "end_page_titles": rx.titles[n0:], "end_page_s": page_s}
+            r_ = res[tree.label]
+            log(f"  hookflood [{tree.label}]: {r_['achieved']:.0f}/s for {took:.1f}s (CPU: exporter "
+                f"{100 * cpu[0]:.0f} %, client {100 * cpu[1]:.0f} % of a core), {r_['accepted']} accepted, "
+                f"{refused} refused, {failed} failed, counted {r_['counted']} (lost {r_['lost']}), errors {errors}, "
+                f"waits {r_['waits']:.0f}/{waits_want}, working {r_['states_working']}/{n_sessions}, POST p50 "
+                f"{1000 * r_['p50']:.1f} ms p99 {1000 * r_['p99']:.1f} ms, pages {len(flood_pages)} during, "
+                f"{r_['end_pages']} for the turn end {rx.titles[n0:]}")
+        finally:
+            ex.stop()
+            rx.close()
+    return res
+
+
+def _hook_count(text: str, event: str) -> float:
+    return sum(float(m.group(1)) for m in re.finditer(
+        r'^coding_agent_hook_events_total\{[^}]*event="' + re.escape(event) + r'"[^}]*\} (\S+)$', text, re.M))
+
+
+def _hook_errors(text: str) -> dict:
+    return {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'^coding_agent_hook_errors_total\{reason="(\w+)"\} (\S+)$', text, re.M)}
+
+
 # -- (4) memory ----------------------------------------------------------------
-def bench_rss_huge(work: Path, line_bytes: int) -> dict:
+def bench_rss_huge(work: Path, line_bytes: int, tree: Tree) -> dict:
     root = work / "huge"
     meta = gen.huge_line(root, line_bytes)
-    ex = Exporter(root, {}, "huge").start()
+    ex = Exporter(root, {}, "huge", tree).start()
     try:
         ex.wait_state(meta["session_id"], "completed", timeout=120)
         text = ex.scrape()
@@ -579,10 +1020,10 @@ def _oversized(text: str) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def bench_rss_sessions(work: Path, n: int) -> dict:
+def bench_rss_sessions(work: Path, n: int, tree: Tree) -> dict:
     root = work / f"sessions-{n}"
     meta = gen.many_sessions(root, n)
-    ex = Exporter(root, {}, "sessions").start(timeout=1800)
+    ex = Exporter(root, {}, "sessions", tree).start(timeout=1800)
     try:
         for _ in range(3):
             text = ex.scrape()
@@ -594,10 +1035,10 @@ def bench_rss_sessions(work: Path, n: int) -> dict:
 
 
 # -- (5) idle CPU --------------------------------------------------------------
-def bench_idle(work: Path, files: int, seconds: float) -> dict:
+def bench_idle(work: Path, files: int, seconds: float, tree: Tree) -> dict:
     root = work / f"idle-{files}"
     meta = gen.many_sessions(root, files, seed=17, session_bytes=3000)
-    ex = Exporter(root, {}, "idle").start()
+    ex = Exporter(root, {}, "idle", tree).start()
     try:
         time.sleep(3)  # let the start-up settle
         c0, t0 = ex.cpu_seconds(), time.monotonic()
@@ -706,9 +1147,78 @@ def table(r: dict, args) -> str:
         ok = "met" if rd >= hs["scan_recent_mb_s"] else f"missed: {rd / hs['scan_recent_mb_s']:.2f}×"
         rows.append(("start-up read speed (what is not history)", f"{rd:.0f} MB/s (`scan` of the same files, "
                      f"whole command: {hs['scan_recent_mb_s']:.0f} MB/s)", "≥ `scan`", ok))
+    f = r.get("hookflood")
+    if f:
+        ok = f["lost"] == 0 and f["accepted"] == f["sent"] and f["flood_pages"] == 0 and f["end_pages"] == 1 \
+            and f["achieved"] >= 0.98 * f["rate"]
+        rows.append((f"hook flood: {f['rate']}/s for {f['seconds']:.0f} s over {f['sessions']} sessions "
+                     f"({f['threads']} keep-alive connections)", _flood(f),
+                     f"≥ {f['rate']}/s, none lost, 0 pages, then 1 page for a real turn end",
+                     "met" if ok else "**missed**"))
     out = ["| measurement | result | target | verdict |", "|---|---|---|---|"]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return "\n".join(out)
+
+
+def _flood(f: dict) -> str:
+    errs = ", ".join(f"{k} {v:.0f}" for k, v in f["hook_errors"].items()) or "none"
+    return (f"{f['achieved']:.0f}/s (exporter CPU {100 * f['exporter_cpu']:.0f} % of a core); {f['accepted']} of {f['sent']} accepted, {f['refused']} refused, {f['failed']} "
+            f"failed; counted {f['counted']:.0f} (lost {f['lost']:.0f}); hook errors {errs}; permission waits "
+            f"observed {f['waits']:.0f} of {f['waits_want']}; POST p50 {1000 * f['p50']:.1f} ms, p99 "
+            f"{1000 * f['p99']:.1f} ms; pages {f['flood_pages']} during, {f['end_pages']} for the turn end")
+
+
+def compare(r: dict) -> str:
+    """The measures run on both trees: baseline, new, and new/baseline."""
+    b = r["baseline"]
+    rows = []
+
+    def ratio(new: float, old: float) -> str:
+        return f"{new / old:.2f}×" if old else "–"
+
+    if "scan" in b:
+        n, o = r["scan"], b["scan"]
+        rows.append(("cold scan, whole `scan --json` (best of runs)",
+                     f"{o['best']['scan']:.2f} s ({o['ratio_orjson']:.2f}× orjson loop)",
+                     f"{n['best']['scan']:.2f} s ({n['ratio_orjson']:.2f}× orjson loop)",
+                     ratio(n["best"]["scan"], o["best"]["scan"])))
+        if n["sessions"] != o["sessions"]:
+            rows.append(("— sessions found by scan", str(o["sessions"]), str(n["sessions"]), "**differ**"))
+    if "history" in b:
+        for rn, ro in zip(r["history"]["sizes"], b["history"]["sizes"]):
+            for phase in ("first", "restart"):
+                rows.append((f"time to /-/ready, history of {mb(rn['bytes'])}, {'first start' if phase == 'first' else phase}",
+                             f"{ro[phase + '_s']:.2f} s", f"{rn[phase + '_s']:.2f} s",
+                             ratio(rn[phase + "_s"], ro[phase + "_s"])))
+            rows.append((f"— peak RSS, history of {mb(rn['bytes'])}", mb(ro["peak_rss"]), mb(rn["peak_rss"]),
+                         ratio(rn["peak_rss"], ro["peak_rss"])))
+            if rn["wrong"] or ro["wrong"]:
+                rows.append(("— active states ≠ scan", str(ro["wrong"]), str(rn["wrong"]), ""))
+    for key, label in (("append_events", "append → /metrics, file events"),
+                       ("append_poll", "append → /metrics, polling only"), ("hooks", "hook POST → /metrics"),
+                       ("hookflood", "hook POST under the flood")):
+        if key in b:
+            n, o = r[key], b[key]
+            for q in ("p50", "p99"):
+                rows.append((f"{label}, {q} (n={n.get('n', n.get('sent'))})", f"{1000 * o[q]:.1f} ms",
+                             f"{1000 * n[q]:.1f} ms", ratio(n[q], o[q])))
+    if "hookflood" in b:
+        n, o = r["hookflood"], b["hookflood"]
+        rows.append(("hook flood: achieved rate", f"{o['achieved']:.0f}/s", f"{n['achieved']:.0f}/s",
+                     ratio(n["achieved"], o["achieved"])))
+        rows.append(("hook flood: exporter CPU (% of a core)", f"{100 * o['exporter_cpu']:.0f} %",
+                     f"{100 * n['exporter_cpu']:.0f} %", ratio(n["exporter_cpu"], o["exporter_cpu"])))
+        for k, label in (("accepted", "accepted (2xx)"), ("refused", "refused (4xx)"), ("failed", "failed (no reply)"),
+                         ("lost", "lost (accepted − counted)"), ("flood_pages", "pages during the flood (false)"),
+                         ("end_pages", "pages for the one real turn end")):
+            rows.append((f"hook flood: {label}", f"{o[k]:.0f}", f"{n[k]:.0f}", ""))
+        rows.append(("hook flood: permission waits observed / prompts sent", f"{o['waits']:.0f} / {o['waits_want']}",
+                     f"{n['waits']:.0f} / {n['waits_want']}", ""))
+        rows.append(("hook flood: sessions working after it", f"{o['states_working']} / {o['sessions']}",
+                     f"{n['states_working']} / {n['sessions']}", ""))
+    head = (f"| measurement | baseline {r['trees']['baseline']['rev']} | new {r['trees']['new']['rev']} "
+            f"| new/baseline |")
+    return "\n".join([head, "|---|---|---|---|"] + [f"| {a} | {b_} | {c} | {d} |" for a, b_, c, d in rows])
 
 
 def main(argv=None) -> int:
@@ -728,22 +1238,45 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3, help="cold scan runs, best taken (default 3)")
     p.add_argument("--history-size", default="1GB",
                    help="heavy history: each of two corpora, the first 1%% recent (default 1GB)")
-    p.add_argument("--only", default="scan,history,append,hooks,alerts,rss,idle", help="comma-separated parts to run")
+    p.add_argument("--flood-rate", type=int, default=1000, help="hook flood: POSTs a second in all (default 1000)")
+    p.add_argument("--flood-seconds", type=float, default=10, help="hook flood: its length (default 10)")
+    p.add_argument("--flood-sessions", type=int, default=20, help="hook flood: live sessions (default 20)")
+    p.add_argument("--flood-threads", type=int, default=10,
+                   help="hook flood: sending threads, one keep-alive connection each (default 10: one waits for "
+                        "each reply, so at a few ms a reply four could not reach 1,000/s)")
+    p.add_argument("--only", default=",".join(PARTS), help="comma-separated parts to run, of: " + ", ".join(PARTS))
+    p.add_argument("--baseline", metavar="REV",
+                   help="also measure the exporter of git revision REV (a detached worktree under --out), "
+                        "interleaved with this tree's in the same run: " + ", ".join(BASELINE_PARTS))
     p.add_argument("--out", default=str(HERE / "out"), help="work folder (default bench/out)")
     args = p.parse_args(argv)
     if args.full:
         for k, v in FULL.items():
             setattr(args, k, v)
+    parts = set(args.only.split(","))
+    if parts - set(PARTS):
+        p.error(f"unknown part(s) {', '.join(sorted(parts - set(PARTS)))}; known: {', '.join(PARTS)}")
     work = Path(args.out).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    parts = set(args.only.split(","))
+    new = Tree("new", ROOT, work)
+    trees = [baseline_tree(args.baseline, work), new] if args.baseline else [new]
+    for t in trees:
+        t.check()
     results: dict = {"machine": machine(), "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                     "args": {k: v for k, v in vars(args).items() if k not in ("out",)}}
+                     "args": {k: v for k, v in vars(args).items() if k not in ("out",)},
+                     "trees": {t.label: {"rev": t.rev, "path": str(t.path)} for t in trees}}
+    base = results["baseline"] = {} if args.baseline else None
     started = time.monotonic()
     loads = results["load"] = {}
 
     def note(part: str) -> None:
         loads[part] = round(os.getloadavg()[0], 2)
+
+    def keep(key: str, per_tree: dict) -> None:
+        results[key] = per_tree["new"]
+        if base is not None:
+            base[key] = per_tree["baseline"]
+        note(key)
 
     if "scan" in parts:
         size = parse_size(args.size)
@@ -755,39 +1288,38 @@ def main(argv=None) -> int:
             f"{st['mean']:.0f} B, largest {mb(st['max'])}")
         results["corpus"] = {**meta, **st}
         log("cold scan …")
-        results["scan"] = bench_scan(corpus, args.repeat)
-        note("scan")
+        keep("scan", bench_scan(corpus, args.repeat, trees))
         log("scan stages (CPU, one process) …")
-        results["stages"] = bench_stages(corpus, min(args.repeat, 3))
+        results["stages"] = bench_stages(corpus, min(args.repeat, 3), new)
     if "history" in parts:
         log(f"heavy history: two corpora of {mb(parse_size(args.history_size))} …")
-        results["history"] = bench_history(work, parse_size(args.history_size), args.repeat)
-        note("history")
+        keep("history", bench_history(work, parse_size(args.history_size), args.repeat, trees))
     if "append" in parts:
         log("append → /metrics with file events …")
-        results["append_events"] = bench_append(work, args.appends, True, args.poll_interval)
-        note("append_events")
+        keep("append_events", bench_append(work, args.appends, True, args.poll_interval, trees))
         log("append → /metrics with polling only …")
-        results["append_poll"] = bench_append(work, args.poll_appends, False, args.poll_interval)
-        note("append_poll")
+        keep("append_poll", bench_append(work, args.poll_appends, False, args.poll_interval, trees))
     if "hooks" in parts:
         log("hook POST → /metrics …")
-        results["hooks"] = bench_hooks(work, args.appends)
-        note("hooks")
+        keep("hooks", bench_hooks(work, args.appends, trees))
+    if "hookflood" in parts:
+        log(f"hook flood: {args.flood_rate}/s for {args.flood_seconds:.0f} s over {args.flood_sessions} sessions …")
+        keep("hookflood", bench_hookflood(work, args.flood_rate, args.flood_seconds, args.flood_sessions,
+                                          args.flood_threads, 1.0, trees))
     if "alerts" in parts:
         log("marker → alert …")
-        results["alerts"] = bench_alerts(work, args.alerts, args.settle)
+        results["alerts"] = bench_alerts(work, args.alerts, args.settle, new)
         note("alerts")
     if "rss" in parts:
         log(f"peak RSS with one {mb(parse_size(args.huge_line))} line …")
-        results["rss_huge"] = bench_rss_huge(work, parse_size(args.huge_line))
+        results["rss_huge"] = bench_rss_huge(work, parse_size(args.huge_line), new)
         note("rss_huge")
         log(f"peak RSS with {args.sessions} sessions …")
-        results["rss_sessions"] = bench_rss_sessions(work, args.sessions)
+        results["rss_sessions"] = bench_rss_sessions(work, args.sessions, new)
         note("rss_sessions")
     if "idle" in parts:
         log(f"idle CPU with {args.idle_files} files for {args.idle_seconds:.0f} s …")
-        results["idle"] = bench_idle(work, args.idle_files, args.idle_seconds)
+        results["idle"] = bench_idle(work, args.idle_files, args.idle_seconds, new)
         note("idle")
     results["seconds"] = time.monotonic() - started
     (work / "results.json").write_text(json.dumps(results, indent=1))
@@ -799,6 +1331,11 @@ def main(argv=None) -> int:
     print("Load average (1 min) after each part: " + ", ".join(f"{k} {v}" for k, v in loads.items())
           + f" — on {os.cpu_count()} cores; other work on the machine shows up as latency outliers")
     print()
+    if base is not None:
+        print(f"Baseline: {results['trees']['baseline']['rev']} ({args.baseline}); new: "
+              f"{results['trees']['new']['rev']} (this tree). Ratio new/baseline: below 1 is faster.\n")
+        print(compare(results))
+        print("\nThis tree against the targets:\n")
     print(table(results, args))
     if results.get("stages"):
         nb = results["corpus"]["bytes"]
