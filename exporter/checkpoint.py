@@ -68,7 +68,7 @@ class At:
 
 
 def until(where) -> int | None:
-    """The start-up read's ``until`` (``scan.read_start_up``) for a
+    """The start-up read's ``until`` (``parallel.read_start_up``) for a
     :meth:`Checkpoint.read_from` answer: the offset up to which the bytes are
     backfill (None: all of them)."""
     if isinstance(where, At):

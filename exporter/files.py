@@ -35,7 +35,7 @@ log = logging.getLogger("exporter.daemon")
 HISTORY_HEAD_BYTES = 1 << 20
 
 #: The poll walks the roots at most once per this many times the last
-#: walk's duration (1 % of a core; see Daemon._poll).
+#: walk's duration (1 % of a core; see FileTable.poll).
 WALK_COST_FACTOR = 100.0
 
 

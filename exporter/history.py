@@ -8,7 +8,7 @@ stat'ed, not opened. Unless another file of its session was written within
 the horizon, it goes into a :class:`HistoryIndex` instead of the store: no
 path, no reader, no decoder — 33 bytes. When it changes (a file event, or
 the poll's walk finds its stat changed), the daemon takes it out of the
-index and follows it from where it ended (:meth:`SessionStore.skip`).
+index and follows it from where it ended (:meth:`FileTable.skip`).
 
 The index is saved beside the checkpoint (:meth:`HistoryIndex.save`), so
 that a restart reads a history file appended while the exporter was down
