@@ -20,7 +20,6 @@ from pathlib import Path
 
 from types import ModuleType
 
-from . import checkpoint
 from .decode import decode_line
 from .events import SESSION
 from .history import HistoryIndex
@@ -340,7 +339,9 @@ class FileTable:
                 self.watched(old[0]).dec()
             if not os.path.isfile(path):
                 return
-            if old is not None and checkpoint.continues(path, old[1]):
+            from .checkpoint import continues  # (the daemon's side only: scan does not import the checkpoint)
+
+            if old is not None and continues(path, old[1]):
                 # history until now: followed from where it ended
                 if self.skip(path, hit[0], hit[1], st=old[1]) is None:
                     return

@@ -358,18 +358,19 @@ class FileDecoder:
         if ev.sidechain and ev.kind != META:
             ev.kind = ACTIVITY
             return ev
-        if ev.kind == START or rtype == "assistant":
+        if self._stop_hooks and (ev.kind == START or rtype == "assistant"):
             self._stop_hooks.clear()  # a new prompt or response: the Stop hooks are done (a summary may be missing)
         if ev.kind == START:
             self._wakes_at = None
             if ts is not None:
                 self._turn_start = ts
-        pending = ev.pending = self._pending()
+        pending = ev.pending = self._pending() if self._agents or self._stop_hooks else ""
         if pending and ev.kind == COMPLETE:
             ev.kind, ev.cont, ev.detail = WORK, True, pending  # the agent resumes by itself
         elif pending and ev.cont and ev.kind == WORK and ev.detail == "stop_hooks_running":
             ev.detail = pending
-        ev.wakes_at = self._wakes_at
+        if self._wakes_at is not None:
+            ev.wakes_at = self._wakes_at
         return ev
 
     def _system(self, obj: dict, ev: Event) -> None:
