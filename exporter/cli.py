@@ -38,7 +38,8 @@ def _common(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coding-agent-exporter", allow_abbrev=False,
-        description="Prometheus exporter and pager for Claude Code and Codex session transcripts.")
+        description="Prometheus exporter and pager for the session transcripts of coding agents (Claude Code, "
+                    "Codex, GitHub Copilot CLI, Pi).")
     parser.add_argument("--version", action="version", version=f"coding-agent-exporter {__version__}")
     sub = parser.add_subparsers(dest="command")
 
@@ -84,6 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line (``argv``: the arguments, default ``sys.argv[1:]``);
+    returns the exit status: 0, 1 (a failure), 2 (a usage or configuration
+    error that a restart does not mend), 130 (Ctrl-C before the exporter's
+    own handler was in place)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("coding-agent-exporter: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["run", *argv]
@@ -305,6 +318,12 @@ def _state_dir_problems(state_dir) -> list[str]:
             parent = parent.parent
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
             return [f"{where}: cannot be made ({parent} is not writable; set state_dir in the config file)"]
+        import tempfile
+
+        try:  # access() says yes to root everywhere (/proc, a read-only mount): make a folder there and drop it
+            os.rmdir(tempfile.mkdtemp(prefix=".cae-check-", dir=parent))
+        except OSError as e:
+            return [f"{where}: cannot be made in {parent}: {e.strerror or e} (set state_dir in the config file)"]
         return []
     out = []
     try:
@@ -382,6 +401,10 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         print(f"coding-agent-exporter: configuration error: {e}", file=sys.stderr)
         return 2
     telemetry = args.telemetry_path if args.telemetry_path.startswith("/") else "/" + args.telemetry_path
+    if telemetry in ("/", "/-/healthy", "/-/ready") or telemetry.startswith(("/api/", "/hooks/")):
+        print(f"coding-agent-exporter: --web.telemetry-path {telemetry}: taken by the status page, the API, "
+              "the hooks or the health checks; choose another path", file=sys.stderr)
+        return 2
     metrics = Metrics()
     machine = cfg.resolved_machine()
     metrics.set_machine(machine)
@@ -399,7 +422,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     except OSError as e:
         print(f"coding-agent-exporter: cannot use state_dir {cfg.resolved_state_dir()}: {e.strerror or e} "
               "(set state_dir in the config file)", file=sys.stderr)
-        return 1
+        return 2  # a setting to change: a service manager does not restart it (RestartPreventExitStatus=2)
     daemon = Daemon(cfg, metrics, alerter, early)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
     from .statuspage import status_app

@@ -349,9 +349,10 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
 
 
 def _path_errors(cfg: Config, source: str) -> list[str]:
-    """Folders the exporter reads or writes must not depend on the folder it
-    is started in (a service manager starts it in ``/``): the transcript
-    roots, the session registry folder and ``state_dir`` are absolute or
+    """Folders and files the exporter reads or writes must not depend on the
+    folder it is started in (a service manager starts it in ``/``): the
+    transcript roots, the session registry folder, ``state_dir``,
+    ``alerts.config_file`` and the fleet's credential files are absolute or
     start with ``~``."""
     def relative(p) -> bool:
         return bool(p) and not (os.path.isabs(p) or p.startswith("~"))
@@ -360,7 +361,9 @@ def _path_errors(cfg: Config, source: str) -> list[str]:
     for prov, src in vars(cfg.sources).items():
         if isinstance(src, ProviderSource):
             where += [(f"sources.{prov}.paths[{i}]", p) for i, p in enumerate(src.paths)]
-    where += [("sources.claude_code.registry.path", cfg.sources.claude_code.registry.path), ("state_dir", cfg.state_dir)]
+    where += [("sources.claude_code.registry.path", cfg.sources.claude_code.registry.path), ("state_dir", cfg.state_dir),
+              ("alerts.config_file", cfg.alerts.config_file)]
+    where += [(f"fleet.{k}", getattr(cfg.fleet, k)) for k in ("password_file", "bearer_token_file", "ca_file")]
     return [f"{source}: {key}: {p!r} is a relative path; give an absolute path or one starting with ~"
             for key, p in where if relative(p)]
 

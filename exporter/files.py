@@ -369,8 +369,8 @@ class FileTable:
         if key is not None and (f.tailer.inode, f.tailer.size, f.tailer.mtime_ns) == before \
                 and self.changed(path, st) and not short_of_fds(f):
             self.unreadable[path] = key  # the open failed (permissions, not a regular file, …)
-        elif self.unreadable.pop(path, None) is not None:
-            log.info("%s can be read again", path)
+        else:
+            self.unreadable.pop(path, None)  # (refresh said it is readable again)
 
     def drain_dirs(self) -> None:
         with self._dir_lock:

@@ -326,13 +326,16 @@ def main(args: argparse.Namespace) -> int:
         return 0
     path = args.file or default_file(args.agent)
     try:
-        print(install(args.agent, path, args.url, args.use_command, args.config_file, secret))
+        said = install(args.agent, path, args.url, args.use_command, args.config_file, secret)
+        print(said)
     except HookFileError as e:
         print(f"coding-agent-exporter: {path}: {e}; left unchanged", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"coding-agent-exporter: {path}: {e.strerror or e}", file=sys.stderr)
         return 2
+    if said.endswith("nothing changed"):
+        return 0  # no restart advice: the agent has these hooks already
     if args.agent == "codex" or args.use_command:
         cmd = shlex.split(hook_command(args.agent, args.url, args.config_file))
         exe = cmd[0] if cmd[1:2] != ["-m"] else f"{cmd[0]} -m coding_agent_exporter"

@@ -299,6 +299,7 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
     # a service manager starts the exporter in /: a relative folder would be looked for there
     ("sources: {codex: {paths: [rel/codex]}}\n", "sources.codex.paths[0]: 'rel/codex' is a relative path"),
     ("state_dir: state\n", "state_dir: 'state' is a relative path"),
+    ("alerts: {config_file: apprise.yml}\n", "alerts.config_file: 'apprise.yml' is a relative path"),
 ])
 def test_bad_config_fails_with_file_and_key(tmp_path, content, key):
     cfg = tmp_path / "bad.yml"
@@ -316,6 +317,26 @@ def test_check_config_and_example(tmp_path):
     from coding_agent_exporter.config import Config, load
 
     assert load(ROOT / "config" / "config.example.yml") == Config()
+
+
+def test_check_config_tries_a_state_dir_it_would_make(tmp_path):
+    """Root may write anywhere as far as access() says; /proc takes no folder."""
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("state_dir: /proc/cae-state\n")
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(cfg)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "state_dir: /proc/cae-state: cannot be made" in out.stdout, out.stdout
+    run = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg),
+                          "--web.listen-address", "127.0.0.1:0"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and "cannot use state_dir /proc/cae-state" in run.stderr  # 2: no restart loop
+
+
+def test_telemetry_path_cannot_take_another_route(tmp_path):
+    for path in ("/api/v1/sessions", "/", "/-/ready", "/hooks/claude_code"):
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "run", "--web.telemetry-path", path,
+                              "--web.listen-address", "127.0.0.1:0"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=30, env={**os.environ, "HOME": str(tmp_path)})
+        assert out.returncode == 2 and "choose another path" in out.stderr, (path, out.stderr)
 
 
 def test_check_config_says_each_unusable_alert_url_once(tmp_path):

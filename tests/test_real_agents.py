@@ -7,9 +7,9 @@ exporter, all inside it (tests/agents/runner.py). The runner checks the exporter
 state after each step and the exact pages; this module runs the scenarios in
 parallel (``CAE_AGENTS_JOBS``, default 4), keeps each one's files (transcripts,
 hooks, exporter log, screens) in ``test-artifacts/agents/<line>/<scenario>``
-(``CAE_AGENTS_OUT``) and writes tests/agents/last_run.json,
-from which tests/agents/readme_table.py writes the README's "Agents and versions"
-table.
+(``CAE_AGENTS_OUT``) and writes the outcomes to test-artifacts/agents/last_run.json; with
+``CAE_AGENTS_RECORD=1`` to tests/agents/last_run.json, the record from which
+tests/agents/readme_table.py writes the README's "Agents and versions" table.
 
 Which agents: ``CAE_AGENTS_LINE`` ``pinned`` (default: the versions in
 tests/agents/versions.json) or ``latest``; from ``CAE_AGENTS_DIR`` (an
@@ -46,7 +46,10 @@ LINE = os.environ.get("CAE_AGENTS_LINE", "pinned")
 SLOW = os.environ.get("CAE_SLOW") == "1"
 CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 JOBS = int(os.environ.get("CAE_AGENTS_JOBS", "4"))
-RESULTS = AGENTS / "last_run.json"
+#: The run's outcomes: the committed record the README table is made from only with
+#: ``CAE_AGENTS_RECORD=1`` (a run to publish); else beside the artifacts (no tracked file changes).
+RESULTS = AGENTS / "last_run.json" if os.environ.get("CAE_AGENTS_RECORD") == "1" else \
+    ROOT / "test-artifacts" / "agents" / "last_run.json"
 SCENARIO_TIMEOUT_S = 300
 
 
@@ -171,6 +174,7 @@ def _write_results(results: dict) -> None:
                                    "result": f"skipped: {res['skipped']}" if res.get("skipped")
                                    else "pass" if res.get("ok") else "fail",
                                    "seconds": res.get("duration_s"), "at": line["at"]}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
