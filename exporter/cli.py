@@ -202,6 +202,11 @@ def _scan_hint(args, cfg) -> str:
     if args.provider:
         return (f"no record of {len(files)} file(s) read as {args.provider} (--provider): are they that agent's "
                 "transcripts? Without --provider the agent comes from the folder or the records")
+    from .providers import sniff
+
+    if not any(sniff(f) for f in files[:200]):
+        return (f"no record of a known agent in {len(files)} file(s): Claude Code, Codex, Copilot CLI and Pi "
+                "transcripts are JSONL files of their records")
     return (f"no session in {len(files)} file(s): they hold only subagent (sidechain) work, or no record a "
             "session starts with; scan the folder of the parent session (Claude: <project>/<sessionId>.jsonl "
             "next to <sessionId>/subagents/)")
@@ -242,13 +247,13 @@ def _scan(args, cfg) -> int:
         for row in rows:
             out.write(orjson.dumps(row).decode() + "\n")
         return 0
+    if args.provider and not any(r["counters"]["events"] for r in rows):
+        rows = []  # nothing of them was that agent's: rows of "unknown" would only mislead
     if not rows:
         print(f"hint: {_scan_hint(args, cfg)}", file=sys.stderr)
         return 0
     for line in format_table(rows, time.time() if at is None else at):
         out.write(line + "\n")
-    if args.provider and not any(r["counters"]["events"] for r in rows):
-        print(f"hint: {_scan_hint(args, cfg)}", file=sys.stderr)
     return 0
 
 

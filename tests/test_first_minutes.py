@@ -31,10 +31,17 @@ def test_scan_hint_for_only_subagent_files(tmp_path):
 
 def test_scan_hint_for_a_provider_that_matched_nothing():
     out = _cli("scan", "--provider", "codex", str(CASES / "15_rate_limit_error.jsonl"))
-    assert out.returncode == 0
+    assert out.returncode == 0 and out.stdout == ""  # no rows of "unknown" that were never that agent's
     assert "hint: no record of 1 file(s) read as codex (--provider)" in out.stderr
     out = _cli("scan", "--provider", "claude_code", str(CASES / "15_rate_limit_error.jsonl"))
     assert "hint:" not in out.stderr and "error" in out.stdout
+
+
+def test_scan_hint_for_files_of_no_agent(tmp_path):
+    (tmp_path / "notes.jsonl").write_text('{"hello": "world"}\n')
+    out = _cli("scan", str(tmp_path))
+    assert out.returncode == 0 and out.stdout == ""
+    assert "hint: no record of a known agent in 1 file(s)" in out.stderr
 
 
 def test_check_config_reports_every_error(tmp_path):
