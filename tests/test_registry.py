@@ -329,13 +329,27 @@ def _session(tmp_path, sid):
     return s, path
 
 
+def _agent(env, tmp_path, sid, busy: bool = False):
+    """A registered agent of session ``sid`` (closed with ``env``) and its
+    transcript; ``busy``: a prompt and a tool call written, the record
+    ``busy``, and the exporter showing ``working``. Returns ``(agent,
+    session, path)``."""
+    exp, _receiver, folder, agents, _watch = env
+    a = Agent(folder, sid)
+    agents.append(a)
+    s, path = _session(tmp_path, sid)
+    if busy:
+        write(path, s.prompt() + s.tool_use())
+        a.write("busy")
+        exp.wait_state(sid, "working")
+    return a, s, path
+
+
 def test_permission_prompt_without_hooks_pages_once(env, tmp_path):
     exp, receiver, folder, agents, watch = env
     sid = "rg000000-0000-4000-8000-000000000001"
     fifo = plant_key_files(folder, 4242, "sk-ant-KEYFILE-SECRET")
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
+    a, s, path = _agent(env, tmp_path, sid)
     a.write(None)  # registering: no status yet
     a.write("idle")
     write(path, s.prompt("create a file"))
@@ -371,12 +385,7 @@ def test_permission_prompt_without_hooks_pages_once(env, tmp_path):
 def test_hook_and_registry_report_one_wait(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000002"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
-    write(path, s.prompt() + s.tool_use())
-    a.write("busy")
-    exp.wait_state(sid, "working")
+    a, s, path = _agent(env, tmp_path, sid, busy=True)
     body = {"session_id": sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
             "hook_event_name": "PermissionRequest", "tool_name": "Bash", "tool_input": {"command": "ls"}}
     import urllib.request
@@ -395,12 +404,7 @@ def test_hook_and_registry_report_one_wait(env, tmp_path):
 def test_killed_mid_turn_is_agent_exited_one_page(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000003"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
-    write(path, s.prompt() + s.tool_use())
-    a.write("busy")
-    exp.wait_state(sid, "working")
+    a, s, path = _agent(env, tmp_path, sid, busy=True)
     time.sleep(0.6)
     a.kill()  # the record stays behind, still busy
     exp.wait_state(sid, "error", timeout=5)
@@ -416,12 +420,7 @@ def test_killed_mid_turn_is_agent_exited_one_page(env, tmp_path):
 def test_removed_mid_turn_is_interrupted_no_page(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000004"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
-    write(path, s.prompt() + s.tool_use())
-    a.write("busy")
-    exp.wait_state(sid, "working")
+    a, s, path = _agent(env, tmp_path, sid, busy=True)
     time.sleep(0.6)
     a.path.unlink()  # a clean exit removes the file
     exp.wait_state(sid, "interrupted", timeout=5)
@@ -534,9 +533,7 @@ def test_clear_is_followed_to_the_new_session(env, tmp_path):
 def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000041"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
+    a, s, path = _agent(env, tmp_path, sid)
     plan = s.line(s._base(type="assistant", message={
         "id": "msg_plan", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": None,
         "content": [{"type": "tool_use", "id": "toolu_plan", "name": "ExitPlanMode", "input": {"plan": "p"}}]}))
@@ -556,9 +553,7 @@ def test_esc_at_the_prompt_is_interrupted_not_working(env, tmp_path):
     session goes from ``waiting`` to ``interrupted``, never ``working``."""
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000051"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
+    a, s, path = _agent(env, tmp_path, sid)
     write(path, s.prompt() + s.tool_use())
     a.write("busy")
     time.sleep(0.08)
@@ -582,9 +577,7 @@ def test_esc_at_the_prompt_is_interrupted_not_working(env, tmp_path):
 def test_idle_ends_a_wait_only_the_registry_reported(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000061"
-    a = Agent(folder, sid)
-    agents.append(a)
-    s, path = _session(tmp_path, sid)
+    a, s, path = _agent(env, tmp_path, sid)
     write(path, s.prompt() + s.tool_use())
     a.write("busy")
     a.write("waiting", "goal proposal")
