@@ -345,6 +345,9 @@ def _state_dir_problems(state_dir) -> list[str]:
 
 
 def _run(args, cfg) -> int:
+    import faulthandler
+
+    faulthandler.enable()  # a crash in native code (a C extension, the interpreter) leaves its stack on stderr
     # Signals first: a SIGTERM/SIGINT at any moment from here on is a clean
     # stop (exit 0, checkpoint written); a second one while stopping exits at
     # once.
