@@ -534,11 +534,13 @@ def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path):
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000041"
     a, s, path = _agent(env, tmp_path, sid)
+    a.write("busy")  # as Claude Code does: busy from the prompt on, then the plan, then the prompt for it
+    time.sleep(0.08)
+    prompt = s.prompt()
     plan = s.line(s._base(type="assistant", message={
         "id": "msg_plan", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": None,
         "content": [{"type": "tool_use", "id": "toolu_plan", "name": "ExitPlanMode", "input": {"plan": "p"}}]}))
-    write(path, s.prompt() + plan)
-    a.write("busy")
+    write(path, prompt + plan)
     time.sleep(0.08)
     a.write("waiting", "permission prompt")
     exp.wait_state(sid, "waiting")
