@@ -309,9 +309,10 @@ def test_case_counters(tmp_path):
         m = exp.value
         wait_for(lambda: m("coding_agent_duplicate_events_total", provider="claude_code") >= 1, what="10's duplicate")
         wait_for(lambda: m("coding_agent_transcript_bytes_total", provider="claude_code") >= size * 0.99, what="bytes")
-        assert m("coding_agent_transcript_parse_errors_total", reason="nul_bytes") >= 1  # 04
-        assert m("coding_agent_transcript_parse_errors_total", reason="invalid_utf8") >= 1  # 05
-        assert m("coding_agent_transcript_parse_errors_total", reason="invalid_json") >= 3  # 01, 03
+        # (99 % of the bytes can be read before a small file is: 09's lines are most of them)
+        wait_for(lambda: m("coding_agent_transcript_parse_errors_total", reason="nul_bytes") >= 1, what="04's NUL line")
+        wait_for(lambda: m("coding_agent_transcript_parse_errors_total", reason="invalid_utf8") >= 1, what="05's line")
+        wait_for(lambda: m("coding_agent_transcript_parse_errors_total", reason="invalid_json") >= 3, what="01, 03")
         read = m("coding_agent_transcript_bytes_total", provider="claude_code")
         assert read <= size * 1.01, "bytes were read more than once"
     finally:
