@@ -260,7 +260,10 @@ def test_mapping_of_the_other_statuses():
     assert creg.evidence(_rec("waiting", "dialog open"), "working", None) is None
     assert creg.evidence(_rec("busy"), "working", None) is None
     assert creg.evidence(_rec("busy"), "completed", None) is None
-    ev = creg.evidence(_rec("busy", at=1005.0), "waiting", None)
+    # busy ends only a wait the registry reported: 2.1.332 writes busy again after the transcript's
+    # ExitPlanMode and before the prompt shows (a real run paged "permission" for a plan so)
+    assert creg.evidence(_rec("busy", at=1005.0), "waiting", None) is None
+    ev = creg.evidence(_rec("busy", at=1005.0), "waiting", 1001.0)
     assert (ev.kind, ev.ts) == (WORK, 1005.0)
     # idle and shell end only a wait the registry reported, at that wait's time; never a turn end
     for status in ("idle", "shell"):
@@ -530,18 +533,25 @@ def test_clear_is_followed_to_the_new_session(env, tmp_path):
     assert len(alerts_for(receiver, old)) == 1  # its completion only
 
 
-def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path):
+@pytest.mark.parametrize("busy_again", [False, True])
+def test_permission_prompt_for_a_pending_plan_is_the_plan(env, tmp_path, busy_again):
+    """busy from the prompt on, the plan, the prompt for it; 2.1.332 also
+    writes busy again between the plan and the prompt (``busy_again``: a
+    real run paged "permission" for the plan so): no answer, the plan."""
     exp, receiver, folder, agents, _w = env
     sid = "rg000000-0000-4000-8000-000000000041"
     a, s, path = _agent(env, tmp_path, sid)
-    a.write("busy")  # as Claude Code does: busy from the prompt on, then the plan, then the prompt for it
+    a.write("busy")
     time.sleep(0.08)
     prompt = s.prompt()
     plan = s.line(s._base(type="assistant", message={
         "id": "msg_plan", "role": "assistant", "model": "claude-sonnet-4-5", "stop_reason": None,
         "content": [{"type": "tool_use", "id": "toolu_plan", "name": "ExitPlanMode", "input": {"plan": "p"}}]}))
     write(path, prompt + plan)
-    time.sleep(0.08)
+    exp.wait_state(sid, "waiting")  # the transcript's plan
+    if busy_again:
+        a.write("busy")
+        time.sleep(0.5)
     a.write("waiting", "permission prompt")
     exp.wait_state(sid, "waiting")
     time.sleep(2.0)

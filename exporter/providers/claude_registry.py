@@ -190,8 +190,10 @@ def evidence(rec: Record, state: str, registry_wait: float | None) -> Event | No
     - ``waiting`` + a reason of :data:`WAIT_FOR`: a ``WAIT`` (``permission
       prompt`` while the transcript shows ``ExitPlanMode`` pending stays a
       ``plan``: the reducer keeps the transcript's reason for the same wait);
-    - ``busy`` after a wait: ``WORK`` (the user answered); ``busy`` otherwise
-      adds nothing to the transcript;
+    - ``busy`` after a wait the registry reported: ``WORK`` (the user
+      answered); ``busy`` otherwise adds nothing to the transcript (2.1.332
+      writes ``busy`` again after the transcript's ``ExitPlanMode`` or
+      ``AskUserQuestion`` and before it shows the prompt: no answer);
     - ``idle``/``shell``/``waiting`` + ``dialog open``: no turn end, but the
       end of a wait the registry reported (``WORK`` at that wait's own time,
       so that whatever the transcript wrote since still decides).
@@ -200,7 +202,7 @@ def evidence(rec: Record, state: str, registry_wait: float | None) -> Event | No
     if rec.status == "waiting" and rec.waiting_for in WAIT_FOR:
         return Event(WAIT, ts=ts, reason=WAIT_FOR[rec.waiting_for], detail="registry", source="registry")
     if rec.status == "busy":
-        if state != "waiting":
+        if state != "waiting" or registry_wait is None:
             return None
         return Event(WORK, ts=ts, detail="registry", source="registry")
     if registry_wait is not None and state == "waiting":
