@@ -81,6 +81,11 @@ from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START,
 #: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
 #: lookup hashes the member (``Enum.__hash__``, Python code).
 _QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)
+#: A wait told by another source this close before the wait in progress is
+#: the same wait told late (seconds): Claude Code 2.1.332 sets its registry
+#: record to a permission prompt before the transcript's ``ExitPlanMode``
+#: line (stamped earlier) reaches the disk.
+SAME_WAIT_SECONDS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +211,9 @@ class SessionReducer:
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
         prev = self._last.kind if self._last is not None else None
         if key < self._last_key:
+            if kind == WAIT and prev == WAIT and ev.reason and self._wait[1] == "permission" \
+                    and self._last.ts is not None and ev.ts is not None and self._last.ts - ev.ts <= SAME_WAIT_SECONDS:
+                self._wait = (self._wait[0], ev.reason, self._wait[2] or ev.tool)  # the same wait, its reason told late
             if kind == ERROR and prev == ERROR and self._turn_error == "api_error" and ev.error_kind:
                 # the transcript's error envelope, read after the hook that told the same failure in
                 # general terms (Claude Code 2.1.332: StopFailure ``server_error`` for a 529), names its kind

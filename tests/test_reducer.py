@@ -76,3 +76,17 @@ def test_turn_ends_passed_within_one_read_are_kept_with_what_superseded_them():
     for seq, ev in enumerate((Event(START, T0), Event(COMPLETE, T0 + 5), Event(START, T0 + 20)), 1):
         r.apply(ev, seq, False, f"k{seq}")
     assert [(p.state, p.turn) for p in r.passed] == [("completed", "k1"), ("working", "k3")]
+
+
+def test_a_wait_told_late_by_its_transcript_gives_its_reason():
+    """Claude Code 2.1.332: the registry's permission prompt (source registry)
+    is applied before the transcript's ExitPlanMode line, stamped 68 ms
+    earlier, reaches the disk: the same wait, and its reason is the plan. A
+    wait from long before the one in progress changes nothing."""
+    r = run(Event(START, T0), Event(WAIT, T0 + 1.062, reason="permission", source="registry"),
+            Event(WAIT, T0 + 0.994, reason="plan", tool="ExitPlanMode"))
+    st = r.status(T0 + 2, T0 + 2)
+    assert (st.state, st.reason, st.tool, st.wait) == ("waiting", "plan", "ExitPlanMode", "k2")
+    r = run(Event(START, T0), Event(WAIT, T0 + 60, reason="permission", source="registry"),
+            Event(WAIT, T0 + 1, reason="plan", tool="ExitPlanMode"))
+    assert r.status(T0 + 61, T0 + 61).reason == "permission"
