@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from .decode import LineError, decode_line
+from .decode import LineError, decode_line, split_glued
 from .events import META, SESSION
 from .identity import COPY, DUPLICATE
 from . import store as _store  # Session (a module still importing when this one is)
@@ -42,7 +42,10 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     bind to the session, deduplicate, reduce. Every byte read goes
     through here, so it keeps to locals and tries the common case first
     (``orjson`` gives a dict; anything else takes :func:`decode_line`,
-    which names the reason)."""
+    which names the reason). A line that holds several records glued
+    together (:func:`~.decode.split_glued`; a torn copy and the whole
+    record after it) is counted once as ``torn_record`` or
+    ``glued_records`` and its whole records are applied in its place."""
     m = store.metrics
     prov = f.provider.NAME
     project = f.decoder.project
@@ -58,10 +61,15 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             try:
                 obj = decode_line(line)
             except LineError as e:
-                m.parse_errors.labels(prov, e.reason).inc()
+                glued = split_glued(line, f.provider.sniff) if e.reason != "not_object" else None
+                m.parse_errors.labels(prov, e.reason if glued is None else
+                                      "torn_record" if glued[1] else "glued_records").inc()
                 if s is not None:
                     s.counters.parse_errors += 1
                     s.counters.lines += 1
+                if glued is not None:
+                    apply_lines(store, f, glued[0], live)
+                    s = f.session
                 continue
             if obj is None:
                 m.skipped.labels(prov, "blank").inc()
