@@ -276,6 +276,11 @@ AT_LAST_PLUS_120 = {
         "v0.70.0_question_in_text_stop.jsonl": ("completed", "explicit"),
         "v0.70.0_tool_call_then_stop.jsonl": ("completed", "explicit"),  # toolUse goes on, stop ends
         "v0.70.0_user_bash_execution.jsonl": ("completed", "explicit"),  # bashExecution after it: not a turn
+        # Pi 1.6.0, real runs offline (tests/agents): Pi retries by itself; only a give-up is an error
+        "v1.6.0_print_429_retried_twice_recovers.jsonl": ("completed", "explicit"),
+        "v1.6.0_print_529_three_retries_gives_up.jsonl": ("error", "overloaded"),  # the 4th error: no context_edit
+        "v1.6.0_print_overflow_compaction_fails.jsonl": ("error", "api_error"),  # nothing after its context_edit
+        "v1.6.0_print_401_not_retried.jsonl": ("error", "auth"),
         "vunknown-2026-04_everyday_session_start.lines1-6.jsonl": ("unknown", None),  # no prompt yet
     },
 }
