@@ -267,6 +267,12 @@ AT_LAST_PLUS_120 = {
         "v1.0.78_rate_limit_429_session_error.jsonl": ("error", "rate_limit"),  # session.error after turn_end
         "v1.0.78_subagent_failed_then_completed.jsonl": ("completed", "explicit"),  # subagent lines never end it
         "v1.0.78_user_shell_escape_tool_user_requested.jsonl": ("completed", "explicit"),  # ! is not a turn
+        # Copilot CLI 1.0.102, real runs offline (tests/agents, BYOK): its own retries write nothing;
+        # session.error after turn_end is the give-up
+        "v1.0.102_print_tool_call_turn.jsonl": ("completed", "explicit"),  # session.shutdown after it: still done
+        "v1.0.102_print_429_retried_inside_answer.jsonl": ("completed", "explicit"),
+        "v1.0.102_print_529_retries_spent_session_error.jsonl": ("error", "overloaded"),
+        "v1.0.102_print_401_session_error.jsonl": ("error", "auth"),
     },
     "pi": {
         "v0.70.0_basic_turn_stop.jsonl": ("completed", "explicit"),

@@ -117,12 +117,15 @@ def anthropic_plan(body):
     if scn == "SCN_PAUSE":
         time.sleep(PAUSE)
         return ("text", "Paused work done: plain answer.")
+    bash = "Bash" if "Bash" in names or "bash" not in names else "bash"  # Copilot CLI, Pi: "bash"
     if scn == "SCN_BASH":
-        return ("tool", "Bash", {"command": "ls", "description": "List files in the current directory"})
+        return ("tool", bash, {"command": "ls", "description": "List files in the current directory"})
     if scn == "SCN_SLEEP":
         # (2.1.332 blocks a standalone `sleep 30`)
-        return ("tool", "Bash", {"command": "python3 -c 'import time; time.sleep(30)'",
+        return ("tool", bash, {"command": "python3 -c 'import time; time.sleep(30)'",
                                  "description": "Wait thirty seconds"})
+    if scn == "SCN_ASK" and "ask_user" in names:  # Copilot CLI
+        return ("tool", "ask_user", {"question": "Which colour should the file be?", "choices": ["Red", "Blue"]})
     if scn == "SCN_ASK" and "AskUserQuestion" in names:
         return ("tool", "AskUserQuestion", {"questions": [{
             "question": "Which colour should the file be?", "header": "Colour", "multiSelect": False,
@@ -138,7 +141,7 @@ def anthropic_plan(body):
             inp["run_in_background"] = True
         return ("tool", tool, inp)
     if scn == "SCN_WRITE":
-        return ("tool", "Bash", {"command": "touch made_by_agent.txt",
+        return ("tool", bash, {"command": "touch made_by_agent.txt",
                                  "description": "Create an empty file made_by_agent.txt"})
     if scn == "SCN_ERR429":
         key = "a429"
