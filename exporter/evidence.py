@@ -56,6 +56,11 @@ class Evidence:
         urgent = False
         for d in items:
             if d.transcript_path is None:
+                # read what its session's files hold first: a record written before the hook
+                # fired is ordered before it (Copilot CLI 1.0.102 writes the ask_user call
+                # ~20 ms before its Notification hook, which names no transcript)
+                if d.session_id is not None:
+                    self.current(d.provider, d.session_id)
                 s = self.store.apply_hook(d, may_create=False)
             elif not self.speaks_for(d):
                 self.metrics.hook_errors.labels("unknown_session").inc()

@@ -302,7 +302,11 @@ class FileDecoder:
 
 # -- hooks -------------------------------------------------------------------
 #: ``Notification`` ``notification_type`` values that mean the user must act.
-_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
+#: 1.0.102 shows ``ask_user`` (its structured ``{message, requestedSchema}``
+#: format) as the elicitation form ("Copilot needs information") and fires
+#: ``elicitation_dialog`` for it, as soon as (or before) the call is on disk:
+#: a question, whichever of the two is read first.
+_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "question"}
 
 
 def project_hook(name: str, obj: dict, ts: float) -> Event | None:

@@ -125,7 +125,10 @@ def anthropic_plan(body):
         return ("tool", bash, {"command": "python3 -c 'import time; time.sleep(30)'",
                                  "description": "Wait thirty seconds"})
     if scn == "SCN_ASK" and "ask_user" in names:  # Copilot CLI
-        return ("tool", "ask_user", {"question": "Which colour should the file be?", "choices": ["Red", "Blue"]})
+        # (1.0.102: "This session uses the structured ask_user format ... {message, requestedSchema}")
+        return ("tool", "ask_user", {"message": "Which colour should the file be?", "requestedSchema": {
+            "type": "object", "properties": {"colour": {"type": "string", "title": "Colour", "enum": ["Red", "Blue"]}},
+            "required": ["colour"]}})
     if scn == "SCN_ASK" and "AskUserQuestion" in names:
         return ("tool", "AskUserQuestion", {"questions": [{
             "question": "Which colour should the file be?", "header": "Colour", "multiSelect": False,
