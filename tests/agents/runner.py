@@ -24,6 +24,7 @@ files are never opened.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -333,6 +334,13 @@ trust_level = "trusted"
                     os.kill(p, signal.SIGKILL)
                 except (ProcessLookupError, TypeError):
                     pass
+        elif kind == "restart":  # the agent started again in the same work dir, with extra args (resume)
+            self.tmuxc("kill-session", "-t", "s")
+            self.tmux = False
+            self.scn = dataclasses.replace(self.scn, args=[*self.scn.args, *st[1]])
+            self.start_agent()
+            self.do(("wait_pane", self.scn.ready, 60))
+            time.sleep(1.5)
         elif kind == "exited":
             deadline = time.time() + st[1]
             while time.time() < deadline and not self.agent_exited():

@@ -337,7 +337,20 @@ def _pi_copilot() -> list[Scenario]:
                 ("type", "/compact"), ("sleep", 8),
                 ("expect", "completed", ["completed"], 5)], pages=["completed"]),
         ]
+    quit_keys = ("keys", "C-c", "C-c", "C-c")
     out += [
+        Scenario("pi_resume", P, "tui", what="a turn, quit, `pi -c`, a new turn: the old turn pages no more", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), quit_keys, ("exited", 15),
+            ("restart", ["-c"]), ("sleep", 3), ("expect", "completed", ["completed"], 5),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("copilot_resume", G, "tui", what="a turn, quit, `copilot --continue`, a new turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), quit_keys, ("exited", 15),
+            ("restart", ["--continue"]), ("sleep", 3), ("expect", "completed", ["completed"], 5),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
         Scenario("copilot_ask_user", G, "tui", what="an ask_user question (written: only the open call)", steps=[
             ("type", "Ask me. SCN_ASK"), ("wait_pane", r"(?i)which colour", 40),
             ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
