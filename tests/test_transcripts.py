@@ -273,6 +273,7 @@ AT_LAST_PLUS_120 = {
         "v1.0.102_print_429_retried_inside_answer.jsonl": ("completed", "explicit"),
         "v1.0.102_print_529_retries_spent_session_error.jsonl": ("error", "overloaded"),
         "v1.0.102_print_401_session_error.jsonl": ("error", "auth"),
+        "v1.0.102_tui_turn_quit_continue_turn.jsonl": ("completed", "explicit"),  # session.resume between
     },
     "pi": {
         "v0.70.0_basic_turn_stop.jsonl": ("completed", "explicit"),
@@ -287,6 +288,7 @@ AT_LAST_PLUS_120 = {
         "v1.6.0_print_529_three_retries_gives_up.jsonl": ("error", "overloaded"),  # the 4th error: no context_edit
         "v1.6.0_print_overflow_compaction_fails.jsonl": ("error", "api_error"),  # nothing after its context_edit
         "v1.6.0_print_401_not_retried.jsonl": ("error", "auth"),
+        "v1.6.0_tui_turn_quit_continue_turn.jsonl": ("completed", "explicit"),  # pi -c appends to the file
         "vunknown-2026-04_everyday_session_start.lines1-6.jsonl": ("unknown", None),  # no prompt yet
     },
 }
