@@ -24,6 +24,7 @@ from .events import META, SESSION
 from .identity import COPY, DUPLICATE
 from . import store as _store  # Session (a module still importing when this one is)
 from .reducer import SessionReducer
+from .usage import take as _take_usage
 
 log = logging.getLogger("exporter.store")
 
@@ -49,6 +50,7 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     loads, bad_json = orjson.loads, orjson.JSONDecodeError
     s = f.session
     judge, born = store.identity.judge, f.born
+    usage, ustate = getattr(f.provider, "usage", None), f.usage
     for line in lines:
         try:
             obj = loads(line)
@@ -88,6 +90,10 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
+        if usage is not None:
+            got = usage(obj, ustate)
+            if got is not None:
+                _take_usage(store, s, prov, got, live and not ev.replayed, ev.ts)
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd
         if kind == SESSION or kind == META:
