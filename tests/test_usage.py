@@ -263,3 +263,90 @@ def test_edges_are_the_price_data_tiers():
                     for t in getattr(v, "tiers", ()) or ():
                         starts.add(t.start)
     assert tuple(sorted(starts)) == usage_mod.EDGES
+
+
+# -- live: /metrics over a restart; one response on three lines; bad values ------------------------------
+LIVE = SHARED / "live-agents" / "claude-code-2.1.332" / "tui_bash" / "claude_projects"
+
+
+def _tokens(exp) -> dict:
+    return {(dict(lbls)["model"], dict(lbls)["type"]): v for (n, lbls), v in exp.metrics().items()
+            if n == "coding_agent_tokens_total" and v}
+
+
+def _wait(pred, timeout=20.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    return pred()
+
+
+def test_counters_over_a_restart_equal_the_whole_file(tmp_path):
+    """A real Claude Code 2.1.332 transcript appended in two halves, with a
+    restart between: coding_agent_tokens_total ends equal to the whole file's
+    totals (scan), each response once, although one response's lines may
+    fall on both sides of the restart."""
+    from harness import Exporter
+
+    src = next(LIVE.rglob("*.jsonl"))
+    whole = _ours(src)
+    lines = src.read_bytes().splitlines(keepends=True)
+    half = next(i for i, line in enumerate(lines) if b'"usage"' in line) + 1  # after a response's first line
+    dest = tmp_path / "claude" / "projects" / src.parent.name / src.name
+    dest.parent.mkdir(parents=True)
+    exp = Exporter(tmp_path).start()
+    try:
+        dest.write_bytes(b"".join(lines[:half]))
+        first = _wait(lambda: _tokens(exp))
+        assert first
+    finally:
+        exp.stop()
+    exp = Exporter(tmp_path).start()
+    try:
+        assert _tokens(exp) == first  # the saved counts go on (the first half is not counted again)
+        with open(dest, "ab") as f:
+            f.write(b"".join(lines[half:]))
+        want = {(m, t): v for m, row in whole.items() for t, v in row.items() if t != "cost_usd" and v}
+        assert _wait(lambda: _tokens(exp) == want), (_tokens(exp), want)
+        cost = exp.value("coding_agent_cost_usd_total")
+        assert cost == pytest.approx(sum(r["cost_usd"] or 0 for r in whole.values()))
+        assert exp.value("coding_agent_session_cost_usd") == pytest.approx(cost)
+    finally:
+        exp.stop()
+
+
+def _assistant(i: int, usage: dict, block: dict, msg="msg_live1", req="req_live1") -> bytes:
+    return json.dumps({"type": "assistant", "uuid": f"00000000-0000-4000-8000-00000000000{i}",
+                       "sessionId": "11111111-2222-4333-8444-555555555555", "timestamp": f"2026-12-01T10:00:0{i}.000Z",
+                       "cwd": "/w/p", "requestId": req, "message": {"id": msg, "model": "claude-sonnet-4-6",
+                       "role": "assistant", "content": [block], "usage": usage}}).encode() + b"\n"
+
+
+def test_one_response_on_three_lines_counts_once_and_bad_values_count_nothing(tmp_path):
+    from harness import Exporter
+
+    u = {"input_tokens": 10, "output_tokens": 20, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40}
+    dest = tmp_path / "claude" / "projects" / "-w-p" / "11111111-2222-4333-8444-555555555555.jsonl"
+    dest.parent.mkdir(parents=True)
+    exp = Exporter(tmp_path).start()
+    try:
+        with open(dest, "ab") as f:
+            for i, block in enumerate(({"type": "thinking", "thinking": ""}, {"type": "text", "text": "ok"},
+                                       {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}})):
+                f.write(_assistant(i, u, block))
+        want = {("claude-sonnet-4-6", "input"): 10, ("claude-sonnet-4-6", "output"): 20,
+                ("claude-sonnet-4-6", "cache_read"): 300, ("claude-sonnet-4-6", "cache_write"): 40}
+        assert _wait(lambda: _tokens(exp) == want), _tokens(exp)
+        with open(dest, "ab") as f:
+            for i, bad in enumerate(({**u, "output_tokens": -5}, {**u, "input_tokens": "12"},
+                                     {**u, "cache_read_input_tokens": 10**12}, {"output_tokens": 3}), 3):
+                f.write(_assistant(i, bad, {"type": "text", "text": "x"}, msg=f"msg_bad{i}", req=f"req_bad{i}"))
+        assert _wait(lambda: exp.value("coding_agent_transcript_parse_errors_total", reason="bad_usage") == 4)
+        assert _tokens(exp) == want  # never moved by a bad value
+    finally:
+        exp.stop()
