@@ -4,7 +4,7 @@ while the rest of the exporter is imported (:class:`Forked`); ``scan`` and
 the daemon's start-up read split their files over several
 (:func:`scan_rows`, :func:`read_start_up`, both on :func:`fork_map`).
 
-Speed (see README "Performance"): files that may belong to one session (a
+Speed (see docs/performance.md): files that may belong to one session (a
 Claude project folder's sessions and subagents; a Codex rollout and the
 subagent rollouts naming it as parent) go to the same worker, which reduces
 whole sessions in a store and file table of its own. The workers report
