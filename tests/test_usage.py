@@ -350,3 +350,34 @@ def test_one_response_on_three_lines_counts_once_and_bad_values_count_nothing(tm
         assert _tokens(exp) == want  # never moved by a bad value
     finally:
         exp.stop()
+
+
+@pytest.mark.parametrize("include_cost", [False, True])
+def test_completion_page_says_what_the_turn_cost(tmp_path, include_cost):
+    """``alerts.include_cost`` (off by default): the completion page names the
+    turn's cost; without it the page has no cost line."""
+    from harness import Exporter, Receiver
+
+    rx = Receiver()
+    sid = "11111111-2222-4333-8444-555555555555"
+    dest = tmp_path / "claude" / "projects" / "-w-p" / f"{sid}.jsonl"
+    dest.parent.mkdir(parents=True)
+    cfg = {"alerts": {"include_cost": True}} if include_cost else {}
+    exp = Exporter(tmp_path, cfg, receiver=rx).start()
+    try:
+        prompt = {"type": "user", "uuid": "00000000-0000-4000-8000-0000000000aa", "sessionId": sid, "cwd": "/w/p",
+                  "timestamp": "2026-12-01T10:00:00.000Z", "message": {"role": "user", "content": "hi"}}
+        u = {"input_tokens": 1000, "output_tokens": 2000, "cache_read_input_tokens": 0,
+             "cache_creation_input_tokens": 0}
+        line = json.loads(_assistant(1, u, {"type": "text", "text": "done"}))
+        line["message"]["stop_reason"] = "end_turn"
+        with open(dest, "ab") as f:
+            f.write(json.dumps(prompt).encode() + b"\n" + json.dumps(line).encode() + b"\n")
+        assert _wait(lambda: rx.messages)
+        body = rx.messages[0].get("message", "") + json.dumps(rx.messages[0])
+        # claude-sonnet-4-6: $3 / $15 per million tokens -> 0.003 + 0.03
+        assert ("Cost: $0.03 session so far" in body) is include_cost, body
+        assert ("Cost" in body) is include_cost
+    finally:
+        exp.stop()
+        rx.close()
