@@ -51,6 +51,8 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     s = f.session
     judge, born = store.identity.judge, f.born
     usage, ustate = getattr(f.provider, "usage", None), f.usage
+    utypes = getattr(f.provider, "USAGE_TYPES", ())
+    ukeys = store.usage.keys
     for line in lines:
         try:
             obj = loads(line)
@@ -90,9 +92,10 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
-        if usage is not None:
+        if usage is not None and obj.get("type") in utypes:
             got = usage(obj, ustate)
-            if got is not None:
+            # (another line of a response already counted, the common case, is skipped here)
+            if got is not None and not (type(got) is list and len(got) == 1 and got[0][0] in ukeys):
                 _take_usage(store, s, prov, got, live and not ev.replayed, ev.ts)
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd

@@ -381,3 +381,10 @@ def test_completion_page_says_what_the_turn_cost(tmp_path, include_cost):
     finally:
         exp.stop()
         rx.close()
+
+
+def test_pinned_library_version():
+    from importlib.metadata import version
+
+    assert usage_mod.LIBRARY_VERSION == version(usage_mod.LIBRARY)
+    assert f'"{usage_mod.LIBRARY}=={usage_mod.LIBRARY_VERSION}"' in (ROOT / "pyproject.toml").read_text()

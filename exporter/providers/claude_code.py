@@ -615,6 +615,10 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"assistant"})
+
+
 def usage(obj: dict, state: dict):
     """The API usage an assistant record carries (see :mod:`exporter.usage`):
     ``message.usage`` ``input_tokens``, ``output_tokens``,

@@ -446,6 +446,10 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"turn_context", "event_msg"})
+
+
 def _token_model(payload: dict, info: dict):
     """The model a ``token_count`` names itself (``info.model``,
     ``info.model_name``, ``payload.model``; as @ccusage/codex reads it)."""

@@ -326,6 +326,10 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"session.shutdown"})
+
+
 def usage(obj: dict, state: dict):
     """The usage a ``session.shutdown`` record sums up (see
     :mod:`exporter.usage`; Copilot CLI 1.0.77): ``data.modelMetrics.<model>.usage``

@@ -180,6 +180,10 @@ class FileDecoder:
 
 
 # -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"message"})
+
+
 def usage(obj: dict, state: dict):
     """The usage of an assistant ``message`` entry (see :mod:`exporter.usage`;
     Pi 0.70): ``message.usage`` ``input`` (not cached), ``output``,
