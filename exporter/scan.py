@@ -103,15 +103,17 @@ def by_day(rows: list[dict]) -> list[dict]:
     return out
 
 
-def usd(c: float | None, tokens: int = 1) -> str:
+def usd(c: float | None, tokens: int = 1, more: bool = False) -> str:
     """A cost for people: ``$1,234.57``; ``<$0.01`` for less than a cent;
     ``unpriced`` when ``c`` is None and there are ``tokens`` (no price
-    known); ``-`` when there are no tokens."""
+    known); ``-`` when there are no tokens; ``+`` after it when ``more``
+    (tokens of no known price beside the priced ones, not in ``c``)."""
     if c is None:
         return "unpriced" if tokens else "-"
+    plus = "+" if more else ""
     if 0 < c < 0.005:
-        return "<$0.01"
-    return f"${c:,.2f}"
+        return "<$0.01" + plus
+    return f"${c:,.2f}{plus}"
 
 
 def compact(n: int) -> str:
@@ -162,12 +164,12 @@ def format_days(days: list[dict]) -> list[str]:
 
     head = ("DATE", "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "TOTAL TOKENS", "COST")
 
-    def line(date, label, m, cost):
-        return (date, label) + tuple(f"{m[t]:,}" for t in TYPES) + (f"{_tokens(m):,}", usd(cost, _tokens(m)))
+    def line(date, label, m, cost, more=False):
+        return (date, label) + tuple(f"{m[t]:,}" for t in TYPES) + (f"{_tokens(m):,}", usd(cost, _tokens(m), more))
 
     table = [head]
     grand = dict.fromkeys(TYPES, 0)
-    grand_cost = None
+    grand_cost, grand_more = None, False
     for d in days:
         day = dict.fromkeys(TYPES, 0)
         for model, m in sorted(d["models"].items()):
@@ -175,11 +177,13 @@ def format_days(days: list[dict]) -> list[str]:
             for t in TYPES:
                 day[t] += m[t]
                 grand[t] += m[t]
+        more = any(m["cost_usd"] is None for m in d["models"].values())
+        grand_more = grand_more or more
         if len(d["models"]) > 1:
-            table.append(line(d["date"], f"(all {len(d['models'])} models)", day, d["cost_usd"]))
+            table.append(line(d["date"], f"(all {len(d['models'])} models)", day, d["cost_usd"], more))
         if d["cost_usd"] is not None:
             grand_cost = (grand_cost or 0.0) + d["cost_usd"]
-    table.append(line("TOTAL", f"{len(days)} day" + ("" if len(days) == 1 else "s"), grand, grand_cost))
+    table.append(line("TOTAL", f"{len(days)} day" + ("" if len(days) == 1 else "s"), grand, grand_cost, grand_more))
     return _align(table, set(range(2, len(head))))
 
 
@@ -205,6 +209,9 @@ def format_table(rows: list[dict], now: float) -> list[str]:
 
     from .usage import view_total
 
+    def unpriced(usage: dict) -> bool:
+        return any(m["cost_usd"] is None for m in usage.values())
+
     table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT", "TOKENS", "COST")]
     for r in rows:
         wait = r.get("waiting_for") or {}
@@ -212,10 +219,11 @@ def format_table(rows: list[dict], now: float) -> list[str]:
             f"{wait.get('reason')}" + (f" ({wait['tool']})" if wait.get("tool") else "") if wait else "-")
         n = sum(_tokens(m) for m in (r.get("usage") or {}).values())
         table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"], how,
-                      when(r["since"]), when(r["last_event_at"]), compact(n), usd(r.get("cost_usd"), n)))
+                      when(r["since"]), when(r["last_event_at"]), compact(n),
+                      usd(r.get("cost_usd"), n, unpriced(r.get("usage") or {}))))
     total = view_total(rows)
     table.append(("TOTAL", f"{len(rows)} sessions", "", "", "", "", "", compact(total["tokens"]),
-                  usd(total["cost_usd"], total["tokens"])))
+                  usd(total["cost_usd"], total["tokens"], bool(total["unpriced_tokens"]))))
     return _align(table, {7, 8})
 
 

@@ -166,16 +166,18 @@ def test_scan_human_output(layout):
     assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT", "TOKENS",
                               "COST"]
     # tokens at a glance (input + output + cache, "-" for none) and the cost (USD, "<$0.01" below a cent,
-    # "unpriced" for tokens of no known price, "-" for no tokens), right-aligned under their headers
+    # "unpriced" for tokens of no known price, "-" for no tokens, "+" where unpriced tokens are left out of
+    # it), right-aligned under their headers
     toks = [line.rsplit(None, 2)[1] for line in lines + [total]]
     costs = [line.rsplit(None, 1)[1] for line in lines]
     assert all(re.fullmatch(r"\d{1,3}|\d\.\dk|\d+k|\d\.\dM|\d+M|-", t) for t in toks), toks
-    assert all(re.fullmatch(r"\$[\d,]+\.\d\d|<\$0\.01|unpriced|-", c) for c in costs), costs
+    assert all(re.fullmatch(r"\$[\d,]+\.\d\d|<\$0\.01|unpriced|-", c) for c in costs), costs  # one model each
+    assert total.split()[-1].endswith("+")
     assert all((t == "-") == (c == "-") for t, c in zip(toks, costs))
     assert {"unpriced", "<$0.01", "-"} <= set(costs) and any(c.startswith("$") for c in costs)
     assert all(len(line) == len(header) for line in lines + [total])  # the cost column's right edge
     assert total.split()[:3] == ["TOTAL", str(len(lines)), "sessions"]
-    assert float(total.split()[-1].strip("$").replace(",", "")) == pytest.approx(
+    assert float(total.split()[-1].strip("$+").replace(",", "")) == pytest.approx(
         sum(float(c.strip("$").replace(",", "")) for c in costs if c.startswith("$")), abs=0.01 * len(lines))
     # the unpriced tokens are named, and where to give their prices
     assert re.search(r"hint: [\d,]+ tokens are of models with no known price, in no cost \(.*unknown.*\); "
@@ -219,7 +221,9 @@ def test_scan_by_day_reads_well(tmp_path):
     for r in rows.values():
         r = r[2:] if r[1] != "(all" else r[4:]
         assert num(r[5]) == num(r[0]) + num(r[1]) + num(r[2]) + num(r[3])
-    assert total.split()[:3] == ["TOTAL", "1", "day"] and total.split()[-1] == rows["claude-opus-5-5"][-1]
+    # what is priced, marked "+": the unpriced tokens are not in it
+    assert rows["(all"][-1] == total.split()[-1] == rows["claude-opus-5-5"][-1] + "+"
+    assert total.split()[:3] == ["TOTAL", "1", "day"]
     assert "hint: 1,540 tokens are of models with no known price, in no cost (gpt-fake)" in err
 
     (header, *lines, total), err = by_day(live / "codex-0.171.0")
