@@ -122,7 +122,7 @@ def compact(n: int) -> str:
     if not n:
         return "-"
     for unit, size in (("B", 10**9), ("M", 10**6), ("k", 10**3)):
-        if n >= size * 0.9995 or unit == "k" and n >= 1000:
+        if n >= size * 0.9995:  # 999,999 is 1.0M, not 1,000k
             v = n / size
             return f"{v:.1f}{unit}" if v < 9.95 else f"{v:,.0f}{unit}"
     return str(n)
