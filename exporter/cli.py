@@ -254,6 +254,7 @@ def _scan(args, cfg) -> int:
         else:
             for line in format_days(days):
                 out.write(line + "\n")
+            _usage_hint(rows)
         return 0
     if args.json:
         for row in rows:
@@ -266,7 +267,16 @@ def _scan(args, cfg) -> int:
         return 0
     for line in format_table(rows, time.time() if at is None else at):
         out.write(line + "\n")
+    _usage_hint(rows)
     return 0
+
+
+def _usage_hint(rows) -> None:
+    from .scan import usage_hint
+
+    hint = usage_hint(rows)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
 
 
 def _check(cfg) -> int:
