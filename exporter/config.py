@@ -120,7 +120,7 @@ class Retry:
 
 
 class Clock(str):
-    """A time of day, ``"HH:MM"`` (24 h). YAML 1.1 reads an unquoted ``22:00``
+    """A time of day, ``"HH:MM"`` or ``"HH:MM:SS"`` (24 h). YAML 1.1 reads an unquoted ``22:00``
     as the sexagesimal number 1320: such a number (under 1440) is taken as
     the time it meant (:func:`_value`)."""
 
@@ -379,10 +379,11 @@ def _clock(value, path: str, source: str) -> Clock:
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1440:
         return Clock(f"{value // 60:02d}:{value % 60:02d}")  # YAML 1.1 sexagesimal: the time it meant
     if isinstance(value, str):
-        h, sep, m = value.strip().partition(":")
-        if sep and h.isdigit() and m.isdigit() and len(m) == 2 and int(h) < 24 and int(m) < 60:
-            return Clock(f"{int(h):02d}:{int(m):02d}")
-    raise ConfigError(f"{source}: {path}: expected a time of day \"HH:MM\" (quoted), got {value!r}")
+        parts = value.strip().split(":")
+        if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) and all(len(p) == 2 for p in parts[1:]) \
+                and int(parts[0]) < 24 and all(int(p) < 60 for p in parts[1:]):
+            return Clock(":".join([f"{int(parts[0]):02d}", *parts[1:]]))
+    raise ConfigError(f"{source}: {path}: expected a time of day \"HH:MM\" or \"HH:MM:SS\" (quoted), got {value!r}")
 
 
 def from_mapping(data: dict | None, source: str = "<config>") -> Config:

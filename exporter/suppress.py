@@ -53,9 +53,10 @@ MAX_MUTES = 10_000
 MAX_HELD = 1000
 
 
-def _minutes(clock: str) -> int:
-    h, _, m = str(clock).partition(":")
-    return int(h) * 60 + int(m)
+def _seconds(clock: str) -> int:
+    """``"HH:MM"`` / ``"HH:MM:SS"`` → seconds after midnight."""
+    parts = [int(p) for p in str(clock).split(":")] + [0]
+    return parts[0] * 3600 + parts[1] * 60 + parts[2]
 
 
 def _zone(name: str | None) -> tzinfo | None:
@@ -106,7 +107,7 @@ def config_errors(a) -> list[str]:
 # -- quiet hours ---------------------------------------------------------------
 @dataclass(frozen=True)
 class Window:
-    """One quiet window: ``start``/``end`` minutes after midnight (wall
+    """One quiet window: ``start``/``end`` seconds after midnight (wall
     clock in ``tz``, None: local), ``days`` weekday numbers (Monday 0) the
     window starts on, ``kinds`` it holds. ``start == end``: the whole day."""
 
@@ -118,11 +119,11 @@ class Window:
 
     @classmethod
     def from_config(cls, w) -> Window:
-        return cls(_minutes(w.start), _minutes(w.end), frozenset(DAYS.index(d.lower()) for d in w.days),
+        return cls(_seconds(w.start), _seconds(w.end), frozenset(DAYS.index(d.lower()) for d in w.days),
                    frozenset(w.kinds), _zone(w.timezone))
 
-    def _at(self, day: date, minutes: int) -> datetime:
-        naive = datetime(day.year, day.month, day.day) + timedelta(minutes=minutes)
+    def _at(self, day: date, seconds: int) -> datetime:
+        naive = datetime(day.year, day.month, day.day) + timedelta(seconds=seconds)
         if self.tz is None:
             return naive.astimezone()  # local zone, the wall clock time as meant
         return naive.replace(tzinfo=self.tz)
