@@ -8,13 +8,16 @@ and the page's own words (first line, resume command, directory, link)."""
 from __future__ import annotations
 
 import json
+import os
+import random
+import threading
 import time
 import urllib.error
 import urllib.request
 from datetime import datetime
 
 from harness import Exporter, Receiver, claude_path, codex_path, wait_for
-from test_hardening_support import ClaudeSession, CodexSession, write
+from test_hardening_support import SLOW, ClaudeSession, CodexSession, write
 
 
 def claude(root, tail: str, project: str):
@@ -207,5 +210,116 @@ def test_a_muted_session_stays_silent_and_foreign_or_plain_text_mutes_change_not
         assert code == 200 and json.loads(body) == {"unmuted": True}
         assert json.loads(request(exp, "GET", "/api/v1/mutes")[1])["projects"] == {}
     finally:
+        exp.stop()
+        receiver.close()
+
+
+# -- kill -9 with held pages ------------------------------------------------------
+class PresenceWriter(threading.Thread):
+    """Turns of both agents; after each turn end the user either comes back
+    within the delay (a prompt at a third of it: "acted") or stays away long
+    enough that the held page is owed whatever the kills did ("owed"; the
+    next prompt comes ``away`` seconds after the turn end). Records every
+    turn end as ``(end time, "acted" | "owed", next prompt time or None)``."""
+
+    def __init__(self, root, n: int, seed: int, delay: float, away: float):
+        super().__init__(daemon=True)
+        self.rng, self.delay, self.away = random.Random(seed), delay, away
+        self.stop_flag = threading.Event()
+        self.sessions = []
+        for i in range(n):
+            make = claude if i % 2 == 0 else codex
+            s, path = make(root, f"4{seed:04d}{i:04d}", f"proj{i}")
+            self.sessions.append((s, path))
+        self.turns: dict[str, list] = {s.sid: [] for s, _ in self.sessions}
+
+    def run(self):
+        threads = [threading.Thread(target=self._turns, args=(s, p), daemon=True) for s, p in self.sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _turns(self, s, path):
+        rng = random.Random(self.rng.random())
+        time.sleep(rng.uniform(0, 1))
+        first = True
+        while not self.stop_flag.is_set():
+            if isinstance(s, ClaudeSession):
+                if first:
+                    write(path, s.prompt())
+                write(path, s.tool_use())
+                time.sleep(rng.uniform(0.05, 0.3))
+                write(path, s.tool_result() + s.text("done", stop="end_turn") + s.turn_duration(30000))
+            else:
+                if first:
+                    write(path, s.start())
+                write(path, s.call())
+                time.sleep(rng.uniform(0.05, 0.3))
+                write(path, s.answer() + s.complete())
+            first = False
+            ended = time.time()
+            acted = rng.random() < 0.5
+            wait = self.delay / 3 if acted else self.away
+            if not acted and self.stop_flag.wait(wait):
+                self.turns[s.sid].append((ended, "owed", None))
+                return
+            if acted:
+                time.sleep(wait)
+            write(path, s.prompt("next") if isinstance(s, ClaudeSession) else s.start("next"))
+            self.turns[s.sid].append((ended, "acted" if acted else "owed", time.time()))
+
+
+def test_kill9_loop_with_presence_delay_loses_no_held_page_and_sends_none_twice_or_late(tmp_path):
+    from test_hardening_support import Daemon
+
+    delay, settle = 2.0, 0.5
+    rounds = 12 if SLOW else 5
+    seed = int(os.environ.get("CAE_SEED", "33"))
+    rng = random.Random(seed)
+    receiver = Receiver()
+    (tmp_path / "claude" / "projects").mkdir(parents=True)
+    (tmp_path / "codex" / "sessions").mkdir(parents=True)
+    writer = PresenceWriter(tmp_path, n=4, seed=seed, delay=delay, away=delay + 9.0)
+    exp = Daemon(tmp_path, receiver=receiver, config={"alerts": {"presence_delay_seconds": delay,
+                                                                 "settle_seconds": settle}}).start()
+    writer.start()
+    try:
+        for _ in range(rounds):
+            time.sleep(rng.choice((rng.uniform(0.2, 1.0), rng.uniform(1.0, 4.0))))
+            exp.kill9()
+            time.sleep(rng.uniform(0, 3.0))
+            exp.start()
+        writer.stop_flag.set()
+        writer.join(timeout=60)
+        assert not writer.is_alive()
+        time.sleep(delay + 5.0)  # the last held pages
+        problems, owed = [], 0
+        pages = list(zip(receiver.received_at, receiver.messages))
+        for sid, turns in writer.turns.items():
+            got = [t for t, m in pages if f"Session: {sid}" in m.get("message", "")]
+            per = [0] * len(turns)
+            for t in got:
+                i = max((j for j, (end, _k, _n) in enumerate(turns) if end <= t), default=None)
+                if i is None:
+                    problems.append(f"{sid}: a page before any turn end")
+                    continue
+                per[i] += 1
+                end, kind, nxt = turns[i]
+                if nxt is not None and t > nxt:
+                    problems.append(f"{sid} turn {i}: paged {t - nxt:.1f} s after the user's next prompt")
+                if t < end + delay - 0.3:
+                    problems.append(f"{sid} turn {i}: paged {t - end:.1f} s after its end, inside the delay")
+            for i, (_end, kind, _nxt) in enumerate(turns):
+                owed += kind == "owed"
+                want = 1 if kind == "owed" else 0
+                if per[i] != want:
+                    problems.append(f"{sid} turn {i} ({kind}): {per[i]} pages, want {want}")
+        acted = sum(k == "acted" for turns in writer.turns.values() for _e, k, _n in turns)
+        print(f"\nkill -9 rounds: {rounds}; turn ends: owed {owed}, acted {acted}; pages: {len(pages)}")
+        assert not problems, problems
+        assert owed >= 2 and acted >= 2
+    finally:
+        writer.stop_flag.set()
         exp.stop()
         receiver.close()
