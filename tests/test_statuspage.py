@@ -237,7 +237,19 @@ def test_page_in_headless_chromium(tmp_path):
             files = page.js("document.querySelector('[data-health=files_watched] dd').innerText")
             assert files == str(int(exp.value("coding_agent_files_watched")))
             assert page.js("document.querySelector('[data-health=alerts_sent] dd').innerText") == "2"
-            assert shown[web.sid]["text"].endswith("25 min") and shown[mobile.sid]["text"].endswith("2 h")
+            assert "\t25 min\t" in shown[web.sid]["text"] and "\t2 h\t" in shown[mobile.sid]["text"]
+            # the Pages column's button mutes the session through the mute API (JSON, same origin)
+            page.js(f"[...document.querySelector('tr[data-session=\"{web.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'mute 1 h').click()")
+            wait_for(lambda: "muted until" in rows(page)[web.sid]["text"], timeout=10, what="the mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["sessions"]) == [f"claude_code/{web.sid}"]
+            # a page's link (alerts.link_base_url) opens the page on that one session
+            page.js(f"history.replaceState(null, '', '#session=claude_code/{web.sid}'); "
+                    "dispatchEvent(new HashChangeEvent('hashchange'))")
+            assert set(wait_for(lambda: len(rows(page)) == 1 and rows(page), what="the linked session")) == {web.sid}
+            page.js("history.replaceState(null, '', '#'); dispatchEvent(new HashChangeEvent('hashchange'))")
+            wait_for(lambda: len(rows(page)) == 5, what="all sessions back")
             light_bg = page.js("getComputedStyle(document.body).backgroundColor")
             page.screenshot(art / "status-page.png")
 
