@@ -13,7 +13,8 @@ since :func:`.web.make_app` checks both before it dispatches here):
   ``states`` is :data:`.reducer.STATES` in order; ``agents`` maps provider
   names to display names; ``now`` is the exporter's clock (Unix seconds) so
   that relative times do not depend on the browser's clock; ``ready`` is
-  False during the start-up scan.
+  False during the start-up scan. ``mutes`` (when the exporter runs its
+  alerter): :meth:`.suppress.Mutes.rows`, who is muted and until when.
 - ``/api/v1/health``: ``machine`` (config ``machine``, default the host
   name) and the exporter's own numbers, read from the same
   instruments ``/metrics`` exposes: ``files_watched``, ``parse_errors`` and

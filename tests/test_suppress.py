@@ -275,3 +275,31 @@ def test_still_waiting_drops_gone_sessions():
              {"provider": "codex", "session_id": "gone", "kind": "completed", "unit": "t1"}]
     left = still_waiting(items, lambda p, s: st if s == "a" else None)
     assert [i["session_id"] for i, _ in left] == ["a"]
+
+
+def test_check_config_shows_each_routes_targets(tmp_path):
+    import subprocess
+    import sys
+
+    from harness import ROOT
+
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(f"""state_dir: {tmp_path / 'state'}
+alerts:
+  urls: ["phone=json://127.0.0.1:9/phone", "completed,waiting,error=json://127.0.0.1:9/desk"]
+  quiet_hours:
+    - {{start: 22:00, end: "07:00", days: [fri], timezone: Europe/Berlin}}
+  routes:
+    - {{match: {{project: "web*"}}, tags: [phone]}}
+    - {{match: {{provider: pi}}, mute: true}}
+""")
+    out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "check-config", "--config.file", str(cfg)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    route0 = next(ln for ln in lines if ln.startswith("routes[0]:"))
+    assert "project=web*" in route0 and "/phone" in route0 and "/desk" not in route0
+    assert "routes[1]: provider=pi -> muted" in out.stdout
+    waiting = next(ln for ln in lines if ln.startswith("routes: otherwise waiting"))
+    assert "/desk" in waiting and "/phone" not in waiting
+    assert "quiet_hours[0]: 22:00-07:00 fri (Europe/Berlin)" in out.stdout  # the unquoted 22:00 taken as meant
