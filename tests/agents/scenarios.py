@@ -214,7 +214,7 @@ def _all() -> list[Scenario]:
                  what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
                  steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
-            ("expect", "completed", [], 5),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
             ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
             ("expect", "completed", [], 5),
             ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
@@ -228,7 +228,7 @@ def _all() -> list[Scenario]:
                  what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
                  steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
-            ("expect", "completed", [], 5),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
             ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
             ("expect", "completed", [], 5),
             ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
