@@ -471,7 +471,9 @@ class Alerter:
             def status_of(provider, sid):
                 s = self.lookup(provider, sid)
                 return s.status if s is not None else None
-            left = still_waiting(items, status_of)
+            left = [(it, st) for it, st in still_waiting(items, status_of)  # muted since: left out too
+                    if not self.noise.mutes.muted(it["provider"], it["session_id"], it.get("project") or "", st.turn,
+                                                  now)]
             if not left:
                 log.info("quiet hours over: no digest (all %d held page(s) were answered meanwhile)", len(items))
             else:

@@ -323,3 +323,38 @@ def test_kill9_loop_with_presence_delay_loses_no_held_page_and_sends_none_twice_
         writer.stop_flag.set()
         exp.stop()
         receiver.close()
+
+
+def test_the_mute_api_needs_the_status_pages_basic_auth(tmp_path):
+    import base64
+
+    import bcrypt
+    import yaml
+
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {"bob": bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode()}}))
+    exp = Exporter(tmp_path, extra_args=["--web.config.file", str(web)])
+
+    def answers() -> bool:
+        try:
+            return request(exp, "GET", "/-/ready")[0] == 401
+        except OSError:
+            return False
+    exp.ready_check = answers
+    auth = {"Authorization": "Basic " + base64.b64encode(b"bob:pw").decode()}
+    try:
+        exp.start()
+        s, path = claude(tmp_path, "41", "webapp")
+        write(path, s.prompt() + s.tool_use())
+        wait_for(lambda: request(exp, "GET", "/api/v1/sessions", headers=auth)[0] == 200 and s.sid in
+                 request(exp, "GET", "/api/v1/sessions", headers=auth)[1].decode(), what="the session")
+        url = f"/api/v1/sessions/claude_code/{s.sid}/mute"
+        assert request(exp, "POST", url, {"seconds": 60})[0] == 401
+        assert request(exp, "POST", url, {"seconds": 60}, {"Authorization": "Basic " + base64.b64encode(
+            b"bob:wrong").decode()})[0] == 401
+        assert json.loads(request(exp, "GET", "/api/v1/mutes", headers=auth)[1])["sessions"] == {}
+        assert request(exp, "POST", url, {"seconds": 60}, auth)[0] == 200
+        assert list(json.loads(request(exp, "GET", "/api/v1/mutes", headers=auth)[1])["sessions"]) == \
+            [f"claude_code/{s.sid}"]
+    finally:
+        exp.stop()

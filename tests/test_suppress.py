@@ -303,3 +303,20 @@ alerts:
     waiting = next(ln for ln in lines if ln.startswith("routes: otherwise waiting"))
     assert "/desk" in waiting and "/phone" not in waiting
     assert "quiet_hours[0]: 22:00-07:00 fri (Europe/Berlin)" in out.stdout  # the unquoted 22:00 taken as meant
+
+
+def test_digest_leaves_out_a_session_muted_since(tmp_path):
+    cfg = config.from_mapping({"state_dir": str(tmp_path), "alerts": {"urls": ["json://127.0.0.1:9/x"]}})
+    from exporter.alerts import build_targets
+
+    alerter = Alerter(cfg, Metrics(), build_targets(cfg))
+    st = Status("completed", turn="t1", since=50.0, duration=60)
+    alerter.lookup = lambda prov, sid: SimpleNamespace(status=st)
+    for sid in ("a", "b"):
+        alerter.digest.hold(100.0, {"provider": "codex", "session_id": sid, "kind": "completed", "unit": "t1",
+                                    "since": 50.0, "project": "api", "tags": ["completed"]})
+    alerter.noise.mutes.set("sessions", "codex/b", {"turn": "t1"}, now=90.0)
+    alerter._send_digests(200.0)
+    p = alerter._work.get_nowait()
+    assert p.title == "Quiet hours over: 1 session waits for you"
+    assert "Session: a" in p.body and "Session: b" not in p.body
