@@ -51,10 +51,7 @@ LEDGER_MAX_ENTRIES = 50_000
 
 
 #: What a page says the agent waits for, by wait reason.
-WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a question",
-               "plan": "has a plan for you to approve", "elicitation": "needs your input",
-               "worker_request": "has a worker request for you", "sandbox_request": "has a sandbox request for you",
-               "goal_proposal": "proposes a goal for you to approve"}
+WAIT_TITLES = pagetext.WAIT_WORDS
 KINDS = ALERT_KINDS
 
 
