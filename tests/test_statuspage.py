@@ -244,6 +244,12 @@ def test_page_in_headless_chromium(tmp_path):
             wait_for(lambda: "muted until" in rows(page)[web.sid]["text"], timeout=10, what="the mute shown")
             with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
                 assert list(json.load(r)["sessions"]) == [f"claude_code/{web.sid}"]
+            page.js(f"[...document.querySelector('tr[data-session=\"{api.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'project 1 h').click()")
+            wait_for(lambda: "project muted until" in rows(page)[api.sid]["text"], timeout=10,
+                     what="the project mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["projects"]) == ["api-server"]
             # a page's link (alerts.link_base_url) opens the page on that one session
             page.js(f"history.replaceState(null, '', '#session=claude_code/{web.sid}'); "
                     "dispatchEvent(new HashChangeEvent('hashchange'))")
