@@ -14,7 +14,8 @@ since :func:`.web.make_app` checks both before it dispatches here):
   names to display names; ``now`` is the exporter's clock (Unix seconds) so
   that relative times do not depend on the browser's clock; ``ready`` is
   False during the start-up scan; ``usage_total`` sums the tokens and cost
-  of ``sessions`` (:func:`.usage.view_total`).
+  of ``sessions`` (:func:`.usage.view_total`). ``mutes`` (when the exporter runs its
+  alerter): :meth:`.suppress.Mutes.rows`, who is muted and until when.
 - ``/api/v1/health``: ``machine`` (config ``machine``, default the host
   name) and the exporter's own numbers, read from the same
   instruments ``/metrics`` exposes: ``files_watched``, ``parse_errors`` and
@@ -110,11 +111,14 @@ def load_page(telemetry_path: str) -> tuple[bytes, str]:
 
 
 def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_path: str,
-               machine: str | None = None, fleet: bool = False):
+               machine: str | None = None, fleet: bool = False, mutes=None):
     """WSGI app of ``/`` and ``/api/v1/*`` (see the module doc). ``snapshot``
     is :meth:`.store.SessionStore.snapshot`; ``ready()`` tells whether the
     start-up scan is done; ``machine`` heads both JSON bodies; ``fleet``
-    tells the page to show ``/api/v1/fleet`` (served by :mod:`.fleet`)."""
+    tells the page to show ``/api/v1/fleet`` (served by :mod:`.fleet`);
+    ``mutes()`` gives :meth:`.suppress.Mutes.rows` for the sessions body's
+    ``mutes`` (the page shows who is muted, and mutes through
+    :mod:`.mute_api`)."""
     page, csp = load_page(telemetry_path)
 
     def reply(start_response, status: str, ctype: str, body: bytes, extra=()):
@@ -131,7 +135,10 @@ def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_
             return reply(start_response, "200 OK", "text/html; charset=utf-8", page,
                          [("Content-Security-Policy", csp), ("Referrer-Policy", "no-referrer")])
         if path == API_SESSIONS:
-            body = orjson.dumps(sessions_payload(snapshot, bool(ready()), machine=machine, fleet=fleet))
+            payload = sessions_payload(snapshot, bool(ready()), machine=machine, fleet=fleet)
+            if mutes is not None:
+                payload["mutes"] = mutes()
+            body = orjson.dumps(payload)
         elif path == API_HEALTH:
             body = orjson.dumps(health_payload(metrics, last_alert, alerts_on, machine=machine))
         else:

@@ -322,6 +322,24 @@ def test_page_in_headless_chromium(tmp_path):
             aligned = page.js("[...document.querySelectorAll('#sessions td.num, #sessions th.num')]"
                               ".every(td => getComputedStyle(td).textAlign === 'right')")
             assert aligned is True
+            # the Pages column's button mutes the session through the mute API (JSON, same origin)
+            page.js(f"[...document.querySelector('tr[data-session=\"{web.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'mute 1 h').click()")
+            wait_for(lambda: "muted until" in rows(page)[web.sid]["text"], timeout=10, what="the mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["sessions"]) == [f"claude_code/{web.sid}"]
+            page.js(f"[...document.querySelector('tr[data-session=\"{api.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'project 1 h').click()")
+            wait_for(lambda: "project muted until" in rows(page)[api.sid]["text"], timeout=10,
+                     what="the project mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["projects"]) == ["api-server"]
+            # a page's link (alerts.link_base_url) opens the page on that one session
+            page.js(f"history.replaceState(null, '', '#session=claude_code/{web.sid}'); "
+                    "dispatchEvent(new HashChangeEvent('hashchange'))")
+            assert set(wait_for(lambda: len(rows(page)) == 1 and rows(page), what="the linked session")) == {web.sid}
+            page.js("history.replaceState(null, '', '#'); dispatchEvent(new HashChangeEvent('hashchange'))")
+            wait_for(lambda: len(rows(page)) == 5, what="all sessions back")
             light_bg = page.js("getComputedStyle(document.body).backgroundColor")
             page.screenshot(art / "status-page.png")
 
@@ -493,7 +511,7 @@ def test_fleet_page_totals_the_sessions_of_every_machine(tmp_path):
             edges = page.js("[...document.querySelectorAll('#sessions tr')].map(tr => [...tr.children].slice(-2)"
                             ".map(td => Math.round(td.getBoundingClientRect().right)))")
             assert len({tuple(e) for e in edges}) == 1, edges
-            assert page.js("document.querySelector('#total td').colSpan") == 6
+            assert page.js("document.querySelector('#total td').colSpan") == 7  # Machine … Since, Pages
             page.screenshot(tmp_path / "fleet.png")
             ARTIFACTS.mkdir(exist_ok=True)
             shutil.copy(tmp_path / "fleet.png", ARTIFACTS / "status-page-fleet.png")
