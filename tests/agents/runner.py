@@ -44,7 +44,7 @@ TESTS = HERE.parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(HERE))
 
-from harness import Exporter, Receiver  # noqa: E402
+from harness import Exporter, Receiver, merge  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
 import agent_copilot  # noqa: E402
 import agent_pi  # noqa: E402
@@ -128,9 +128,9 @@ class Run:
             env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(self.out / "requests.jsonl"),
                  **{k: str(v) for k, v in self.scn.model_env.items()}})
         self.receiver = Receiver()
-        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config={
+        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
-                                           **{a: {"paths": [str(r)]} for a, r in roots.items()}}})
+                                           **{a: {"paths": [str(r)]} for a, r in roots.items()}}}, self.scn.config))
         self.exporter.start()
         for _ in range(100):
             try:
