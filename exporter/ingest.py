@@ -100,7 +100,7 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
-        if usage is not None and obj.get("type") in utypes:
+        if usage is not None and type(rt := obj.get("type")) is str and rt in utypes:  # ("type": {...}: no usage)
             got = usage(obj, ustate)
             # (another line of a response already counted, the common case, is skipped here)
             if got is not None and not (type(got) is list and len(got) == 1 and got[0][0] in ukeys):
