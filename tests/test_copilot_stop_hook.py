@@ -57,3 +57,51 @@ def test_real_stop_hook_ends_the_turn(tmp_path):
                  timeout=10, what="one page")
         assert exp.value("coding_agent_hook_errors_total", reason="unknown_session") == 1
     receiver.close()
+
+
+def _reason(exp: Exporter, sid: str):
+    with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/sessions", timeout=5) as r:
+        rows = [x for x in json.load(r)["sessions"] if x["session_id"] == sid]
+    return rows and rows[0]["state"], rows and (rows[0].get("waiting_for") or {}).get("reason")
+
+
+def test_ask_user_is_a_question_whichever_comes_first(tmp_path):
+    """Copilot CLI 1.0.102 writes the ``ask_user`` call and fires its
+    ``Notification`` (``elicitation_dialog``, no transcript path) within
+    ~20 ms, in either order on the exporter's side: the wait is a question
+    either way, with one page."""
+    receiver = Receiver()
+    with Exporter(tmp_path, receiver=receiver) as exp:
+        for n, hook_first in enumerate((True, False)):
+            sid = f"c0000000-0000-4000-8000-00000000a5{n}0"
+            path = copilot_path(tmp_path, sid)
+            path.parent.mkdir(parents=True)
+            now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+            ev = lambda t, d: (json.dumps({"type": t, "data": d, "id": f"{sid[:-4]}{t[:4]}", "timestamp": now,  # noqa: E731
+                                           "parentId": None}) + "\n").encode()
+            with open(path, "ab") as f:
+                f.write(ev("session.start", {"sessionId": sid, "copilotVersion": "1.0.102",
+                                             "context": {"cwd": "/home/dev/proj"}})
+                        + ev("user.message", {"content": "x", "interactionId": "i1"})
+                        + ev("assistant.turn_start", {"turnId": "0", "interactionId": "i1"}))
+            exp.wait_state(sid, "working", timeout=10)
+            call = ev("tool.execution_start", {"toolCallId": "toolu_1", "toolName": "ask_user"})
+            note = {"sessionId": sid, "timestamp": int(time.time() * 1000), "cwd": "/home/dev/proj",
+                    "hook_event_name": "Notification", "title": "Copilot needs information",
+                    "message": "Copilot needs information", "notification_type": "elicitation_dialog"}
+            if not hook_first:
+                with open(path, "ab") as f:
+                    f.write(call)
+                exp.wait_state(sid, "waiting", timeout=10)
+            _post(exp, note)
+            if hook_first:
+                with open(path, "ab") as f:
+                    f.write(call)
+            wait_for(lambda: _reason(exp, sid) == ("waiting", "question"), timeout=10,
+                     what=f"a question (hook first: {hook_first})")
+            wait_for(lambda: len([m for m in receiver.messages if f"Session: {sid}" in m.get("message", "")]) == 1,
+                     timeout=10, what="one page")
+            time.sleep(1.5)
+            assert _reason(exp, sid) == ("waiting", "question")
+            assert len([m for m in receiver.messages if f"Session: {sid}" in m.get("message", "")]) == 1
+    receiver.close()
