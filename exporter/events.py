@@ -135,6 +135,16 @@ class Event:
             ``stop_hooks_running:1`` (no transcript content). ``None``: the
             record cannot tell (hook events); the reducer keeps what the
             transcript last said.
+        stop_hooks: for a ``COMPLETE`` from a ``Stop`` hook: how many Stop hooks
+            of the user's own run beside it (Claude Code settings); the turn
+            ends at the agent's word that they are done (a later transcript
+            marker), or ``stop_hook_wait`` seconds after the hook.
+        told: what the agent itself states is pending after this record, in
+            ``pending``'s terms (Claude ``turn_duration`` counts, the ``Stop``
+            hook's ``background_tasks``), or ``None`` when it states nothing:
+            the exporter's own bookkeeping (``pending``) then fills the gap.
+            A statement decides over the bookkeeping for the rest of the
+            turn's end.
         cont: the record continues the turn in progress even after an end
             marker (a Stop hook running, blocking or adding context;
             background agents still running): it never starts a turn of its
@@ -182,6 +192,8 @@ class Event:
     replayed: bool = False
     source: str | None = None
     pending: str | None = None
+    told: str | None = None
+    stop_hooks: int = 0
     cont: bool = False
     wakes_at: float | None = None
     review: bool = False
