@@ -18,9 +18,10 @@ resume the agent by itself; what is pending is named in the state's detail.
    since; a start older than the ``undo`` that arrives after it is dropped:
    a Claude UserPromptSubmit hook read after the record saying another hook
    blocked that prompt). A turn's first record that arrives after the
-   ``Stop`` hook that ended it (older than the hook, newer than the turn end
-   before it by ``LATE_START_SECONDS``: Claude Code 2.1.332 flushes the
-   answer to a ``!`` command late) starts that turn, and the hook ends it.
+   ``Stop`` hook that ended it, when that hook came right after an earlier
+   turn's end (the record newer than that end by ``LATE_START_SECONDS``:
+   Claude Code 2.1.332 flushes the answer to a ``!`` command late), starts
+   that turn, and the hook ends it.
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion
    (subagents, agent-team teammates).
@@ -265,7 +266,10 @@ class SessionReducer:
                 return  # the turn had already ended: nothing to change
             ev.kind, kind = INTERRUPT, INTERRUPT
         if kind == OUTPUT and prev == COMPLETE and self._last.final:
-            return  # the agent reported its stop; this is its answer, flushed late
+            # the agent reported its stop; this is its answer, flushed late (the first record of the turn
+            # the hook ended, when it came right after an earlier turn's end: a ``!`` command's answer)
+            self._late_start(ev, prev, ident_key, live)
+            return
         if kind == WAIT:
             if prev == WAIT:  # the same wait, told again (transcript and hook, or two hooks)
                 key0, reason, tool = self._wait
@@ -306,8 +310,10 @@ class SessionReducer:
     def _late_start(self, ev: Event, prev, ident_key, live: bool) -> bool:
         """A turn's first record read after the ``Stop`` hook that ended it
         (Claude Code 2.1.332 may flush the answer to a ``!`` command after its
-        Stop hook ran, and nothing else starts that turn): ``ev`` is older than
-        the hook, newer than the turn end before it, and not a continuation.
+        Stop hook ran, and nothing else starts that turn): the hook came right
+        after an earlier turn's end, and ``ev`` is newer than that end (older
+        than the hook, or assistant output flushed after it) and not a
+        continuation.
         The hook's completion then ends a turn of its own, begun at ``ev``.
         True when so (``ev`` applied)."""
         if (self._end_before is None or prev != COMPLETE or not self._last.final or ev.cont or ev.ts is None

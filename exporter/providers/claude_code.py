@@ -129,6 +129,8 @@ _STOP_HOOK_FEEDBACK = "Stop hook feedback:"
 _STOP_HOOK_CONTEXT = "Stop hook additional context:"
 _TASK_NOTIFICATION = "<task-notification>"
 _TASK_ID = re.compile(r"<task-id>([^<]{1,128})</task-id>")
+#: ``ScheduleWakeup``'s result text (2.1.332): "Next wakeup scheduled for HH:MM:SS (in Ns)".
+_WAKEUP_IN = re.compile(r"^Next wakeup scheduled for [^(]{0,40}\(in (\d{1,7})s\)")
 #: A Stop hook command that is the exporter's own (``hooks install``: an
 #: HTTP hook to ``/hooks/claude_code`` or ``… hook --agent claude_code``).
 _OWN_HOOK = claude_settings.OWN_HOOK
@@ -336,6 +338,7 @@ class FileDecoder:
         self._stop_hooks: dict[str, None] = {}  # Stop hook commands in progress (not the exporter's)
         self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
         self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
+        self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
@@ -474,6 +477,8 @@ class FileDecoder:
                 ev.kind = WORK
                 ev.detail = "tool_result"
                 self._tool_result(obj.get("toolUseResult"), ev.ts)
+                if self._wakeup_calls and self._wakes_at is None:
+                    self._wakeup_text(content, ev.ts)
             elif text is not None and (origin == "task-notification" or text.lstrip().startswith(_TASK_NOTIFICATION)):
                 self._notified(text)
                 ev.kind, ev.detail = START, "task_notification"
@@ -515,6 +520,19 @@ class FileDecoder:
             self._wakes_at = ts + delay  # ScheduleWakeup: delay from its own result record
         elif when is not None and 1e11 < when < 1e14:  # ms since the epoch
             self._wakes_at = when / 1000.0
+
+    def _wakeup_text(self, content: list, ts: float | None) -> None:
+        """A ``ScheduleWakeup`` result that gives only its text ("Next wakeup
+        scheduled for 10:20:00 (in 1200s). …", 2.1.332's tool result block;
+        no ``toolUseResult.scheduledFor``): armed ``N`` s after the record."""
+        for block in content:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            if self._wakeup_calls.pop(block.get("tool_use_id"), 0) is None:
+                text = _text_of(block.get("content"))
+                m = _WAKEUP_IN.search(text[:1024]) if isinstance(text, str) else None
+                if m and ts is not None and int(m.group(1)) < 1e7:
+                    self._wakes_at = ts + int(m.group(1))
 
     def _notified(self, text: str) -> None:
         """A ``<task-notification>``: the background task it names has ended."""
@@ -566,6 +584,8 @@ class FileDecoder:
             self._wakes_at = None  # work after an armed wakeup: the wakeup was not the turn's end
             for block in content if isinstance(content, list) else ():
                 name = block.get("name") if isinstance(block, dict) and block.get("type") == "tool_use" else None
+                if name == "ScheduleWakeup" and isinstance(block.get("id"), str) and len(self._wakeup_calls) < 64:
+                    self._wakeup_calls[block["id"]] = None
                 if isinstance(name, str) and name in _WAIT_TOOLS:
                     ev.kind, ev.reason, ev.tool = WAIT, _WAIT_TOOLS[name], name
                     ev.detail = "tool_use"
