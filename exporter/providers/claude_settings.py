@@ -16,8 +16,9 @@ Format facts (Claude Code settings and hooks reference, 2.1.x; 2.1.332):
 
 The config folder is the one the transcript lies under
 (``<config>/projects/<project>/<sessionId>.jsonl``), so an agent run with
-another ``CLAUDE_CONFIG_DIR`` is read where it writes; the project is the
-hook's ``cwd``. Files are read at most 1 MiB, and again only when their size
+another ``CLAUDE_CONFIG_DIR`` is read where it writes (``$CLAUDE_CONFIG_DIR``
+of the exporter when the path has another shape); the project is the hook's
+``cwd``. Files are read at most 1 MiB, and again only when their size
 or modification time changed (a stat per file per lookup).
 """
 
@@ -45,22 +46,23 @@ def _managed() -> Path:
     return Path("/etc/claude-code/managed-settings.json")
 
 
-def config_dir(transcript_path: str | None) -> Path:
+def config_dir(transcript_path: str | None) -> Path | None:
     """The Claude Code config folder of a transcript
     (``<config>/projects/<project>/<sessionId>.jsonl``), else
-    ``$CLAUDE_CONFIG_DIR``, else ``~/.claude``."""
+    ``$CLAUDE_CONFIG_DIR`` when set, else None."""
     if transcript_path:
         p = Path(transcript_path)
         if len(p.parts) >= 4 and p.parent.parent.name == "projects":
             return p.parent.parent.parent
     base = os.environ.get("CLAUDE_CONFIG_DIR")
-    return Path(base) if base else Path.home() / ".claude"
+    return Path(base) if base else None
 
 
 def settings_files(transcript_path: str | None, cwd: str | None) -> list[Path]:
     """The settings files Claude Code reads for a session (user, project,
     local, managed), whether they exist or not."""
-    files = [config_dir(transcript_path) / "settings.json"]
+    user = config_dir(transcript_path)
+    files = [user / "settings.json"] if user is not None else []
     if cwd and os.path.isabs(cwd):
         files += [Path(cwd) / ".claude" / "settings.json", Path(cwd) / ".claude" / "settings.local.json"]
     files.append(_managed())
