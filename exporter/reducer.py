@@ -50,7 +50,11 @@ resume the agent by itself; what is pending is named in the state's detail.
 6. A completion with a wakeup armed (``wakes_at``) due within
    ``wakeup_hold`` seconds of the turn end reads ``working`` until
    ``retry_grace`` past the wakeup time; a later wakeup completes at once
-   and its detail names the time.
+   and its detail names the time. A ``Stop`` hook's completion while Stop
+   hooks of the user's own run beside it (``stop_hooks``) reads ``working``
+   (``stop_hooks_running:N``) until the agent's next record decides (its
+   ``stop_hook_summary``: done, or blocked), at most ``stop_hook_wait``
+   seconds.
 7. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for
