@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
-from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
+from .events import BACKGROUND, COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
 
 #: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
 #: lookup hashes the member (``Enum.__hash__``, Python code).
@@ -262,7 +262,10 @@ class SessionReducer:
         if kind == COMPLETE:
             if ev.final and self._marker_only:
                 return  # the turn ends at the agent's own marker (Codex task_complete), whatever a hook says
-            pending = self._told if self._told is not None else self._pending
+            pending = self._pending
+            if self._told is not None:  # the statement is about background work; other pending stays
+                pending = ";".join([self._told] * bool(self._told) + [
+                    p for p in pending.split(";") if p and not p.startswith(BACKGROUND)])
             if pending:  # the turn's end was written, but something resumes the agent by itself
                 ev.kind, kind, ev.cont, ev.detail, ev.final = WORK, WORK, True, pending, False
         if kind == END:

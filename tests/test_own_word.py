@@ -365,3 +365,16 @@ def test_wakeup_whose_result_gives_only_text(tmp_path, delay, state):
     c.stop(T0 + 2.1, [])
     row = c.row(T0 + 3)
     assert row["state"] == state and row["detail"].startswith("wakeup_armed:"), row
+
+
+def test_a_stop_hook_that_lists_nothing_leaves_other_stop_hooks_running(tmp_path):
+    """Its ``background_tasks`` speaks of background work only: a Stop hook of
+    the user's own still running (``hook_progress``, field case 46) holds."""
+    c = Claude(tmp_path, version="2.1.257")
+    c.prompt(T0)
+    c.text(T0 + 1)
+    for cmd in ("bash .claude/hooks/require-tests.sh", "http://127.0.0.1:9877/hooks/claude_code"):
+        c.rec(T0 + 1.01, "progress", data={"type": "hook_progress", "hookEvent": "Stop", "hookName": "Stop",
+                                           "command": cmd})
+    c.stop(T0 + 1.05, [])
+    assert _state(c.row(T0 + 2)) == ("working", "stop_hooks_running:1")
