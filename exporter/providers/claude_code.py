@@ -62,6 +62,21 @@ Code 1.0.98 … 2.1.233):
   (anthropics/claude-code#89265): bookkeeping, not an error.
 - After a usage limit (2.1.240): an ``isMeta`` user record with
   ``origin.kind: auto-continuation`` starts the work again.
+- What the agent states about pending work (2.1.332, issue 29):
+  ``turn_duration`` carries ``pendingBackgroundAgentCount`` and
+  ``pendingWorkflowCount`` only when > 0; the ``Stop`` hook's
+  ``background_tasks`` lists each task with a ``type`` label (``subagent``,
+  ``workflow``, ``shell``, ``monitor``, ``MCP task``, …). A workflow's launch
+  result is ``{status: async_launched, taskId, taskType: local_workflow}`` (no
+  ``agentId``); ``TaskStop``'s result is ``{message, task_id, task_type}``
+  and no ``<task-notification>`` user record follows (a ``queue-operation``
+  record may).
+- A prompt a UserPromptSubmit hook blocked (2.1.332): no user record, a
+  ``system/informational`` record with ``promptSubmitEnding.ending.kind:
+  blocked_by_hook`` instead.
+- ``!`` bash mode (2.1.332): ``<bash-input>``/``<bash-stdout>`` user records,
+  then the model's answer, a Stop hook and ``turn_duration``; the answer's
+  line may reach the disk after the Stop hook ran.
 """
 
 from __future__ import annotations
@@ -675,7 +690,8 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         if isinstance(tasks, list):
             # the agent's own word on what will wake it again (2.1.332): agents and workflows
             # still in flight; a shell or a monitor is not pending work
-            kinds = [_PENDING_TASKS.get(t.get("type")) for t in tasks[:_MAX_PENDING] if isinstance(t, dict)]
+            kinds = [_PENDING_TASKS.get(t.get("type")) for t in tasks[:_MAX_PENDING]
+                     if isinstance(t, dict) and isinstance(t.get("type"), str)]
             ev.told = pending_detail(kinds.count("agent"), kinds.count("workflow"))
     elif name == "StopFailure":
         err = obj.get("error")
