@@ -53,6 +53,8 @@ class Scenario:
     #: merged before ``hooks install``), ``project`` (``<work>/.claude/settings.json``), ``local``
     #: (``<work>/.claude/settings.local.json``)
     settings: dict = field(default_factory=dict)
+    #: Exporter config merged over the runner's (e.g. ``{"alerts": {"presence_delay_seconds": 10}}``).
+    config: dict = field(default_factory=dict)
 
     @property
     def ready(self) -> str:
@@ -259,12 +261,28 @@ def _all() -> list[Scenario]:
             ("sleep", 2), ("expect", "working", [], 3),
             ("type", "Stop the helper. SCN_TASKSTOP"), ("wait_pane", "stopped the helper", 40),
             ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_presence_next_prompt", C, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         # -- Codex ----------------------------------------------------------------------
         Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
             ("expect", "completed", ["completed"], 15),
             ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
             ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("codex_presence_next_prompt", X, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         Scenario("codex_tool_call", X, "print", prompt="List the files here. SCN_BASH", what="exec: a tool call",
                  steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("codex_approval_allow", X, "tui", what="an approval answered (hooks)", steps=[
