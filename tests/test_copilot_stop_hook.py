@@ -77,7 +77,7 @@ def test_ask_user_is_a_question_whichever_comes_first(tmp_path):
             path = copilot_path(tmp_path, sid)
             path.parent.mkdir(parents=True)
             now = time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
-            ev = lambda t, d: (json.dumps({"type": t, "data": d, "id": f"{sid[:-4]}{t[:4]}", "timestamp": now,  # noqa: E731
+            ev = lambda t, d: (json.dumps({"type": t, "data": d, "id": f"{sid}:{t}", "timestamp": now,  # noqa: E731
                                            "parentId": None}) + "\n").encode()
             with open(path, "ab") as f:
                 f.write(ev("session.start", {"sessionId": sid, "copilotVersion": "1.0.102",
@@ -100,7 +100,7 @@ def test_ask_user_is_a_question_whichever_comes_first(tmp_path):
             wait_for(lambda: _reason(exp, sid) == ("waiting", "question"), timeout=10,
                      what=f"a question (hook first: {hook_first})")
             wait_for(lambda: len([m for m in receiver.messages if f"Session: {sid}" in m.get("message", "")]) == 1,
-                     timeout=10, what="one page")
+                     timeout=10, what=f"one page (hook first: {hook_first})")
             time.sleep(1.5)
             assert _reason(exp, sid) == ("waiting", "question")
             assert len([m for m in receiver.messages if f"Session: {sid}" in m.get("message", "")]) == 1
