@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from .hooklog import HookLog
+from .providers import PROVIDER_MODULES
 from .hooks import HookDelivery, from_record
 
 log = logging.getLogger("exporter.daemon")
@@ -55,6 +56,11 @@ class Evidence:
         urgent = False
         for d in items:
             if d.transcript_path is None:
+                # read what its session's files hold first: a record written before the hook
+                # fired is ordered before it (Copilot CLI 1.0.102 writes the ask_user call
+                # ~20 ms before its Notification hook, which names no transcript)
+                if d.session_id is not None:
+                    self.current(d.provider, d.session_id)
                 s = self.store.apply_hook(d, may_create=False)
             elif not self.speaks_for(d):
                 self.metrics.hook_errors.labels("unknown_session").inc()
@@ -70,15 +76,22 @@ class Evidence:
         """A hook delivery ``d`` may change a session: its ``transcript_path``
         is a regular file (not a symlink) under a configured root, and that
         file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
-        Codex ``rollout-…-<id>.jsonl``) when it gives one."""
-        if not self._ours(d.transcript_path):
+        Codex ``rollout-…-<id>.jsonl``) when it gives one, or the path
+        names it as its agent lays its files out (the provider's
+        ``classify_path``: Copilot CLI's ``<sessionId>/events.jsonl``)."""
+        path = d.transcript_path
+        found = self.roots.root_of(path) if self._ours(path) else None
+        if found is None:
             return False
         try:
-            if not stat.S_ISREG(os.lstat(d.transcript_path).st_mode):
+            if not stat.S_ISREG(os.lstat(path).st_mode):
                 return False
         except OSError:
             return False
-        return d.session_id is None or d.session_id in os.path.basename(d.transcript_path)
+        if d.session_id is None or d.session_id in os.path.basename(path):
+            return True
+        named = PROVIDER_MODULES[found[0]].classify_path(found[1], Path(path)) if found[0] == d.provider else None
+        return named is not None and named[0] == d.session_id
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""

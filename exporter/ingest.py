@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from .decode import LineError, decode_line
+from .decode import LineError, decode_line, split_glued
 from .events import META, SESSION
 from .identity import COPY, DUPLICATE
 from . import store as _store  # Session (a module still importing when this one is)
@@ -43,7 +43,10 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     bind to the session, deduplicate, reduce. Every byte read goes
     through here, so it keeps to locals and tries the common case first
     (``orjson`` gives a dict; anything else takes :func:`decode_line`,
-    which names the reason)."""
+    which names the reason). A line that holds several records glued
+    together (:func:`~.decode.split_glued`; a torn copy and the whole
+    record after it) is counted once as ``torn_record`` or
+    ``glued_records`` and its whole records are applied in its place."""
     m = store.metrics
     prov = f.provider.NAME
     project = f.decoder.project
@@ -62,10 +65,15 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             try:
                 obj = decode_line(line)
             except LineError as e:
-                m.parse_errors.labels(prov, e.reason).inc()
+                glued = split_glued(line, f.provider.sniff) if e.reason != "not_object" else None
+                m.parse_errors.labels(prov, e.reason if glued is None else
+                                      "torn_record" if glued[1] else "glued_records").inc()
                 if s is not None:
                     s.counters.parse_errors += 1
                     s.counters.lines += 1
+                if glued is not None:
+                    apply_lines(store, f, glued[0], live)
+                    s = f.session
                 continue
             if obj is None:
                 m.skipped.labels(prov, "blank").inc()
@@ -92,7 +100,7 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
-        if usage is not None and obj.get("type") in utypes:
+        if usage is not None and type(rt := obj.get("type")) is str and rt in utypes:  # ("type": {...}: no usage)
             got = usage(obj, ustate)
             # (another line of a response already counted, the common case, is skipped here)
             if got is not None and not (type(got) is list and len(got) == 1 and got[0][0] in ukeys):

@@ -225,9 +225,17 @@ def hostile_lines(rng: random.Random, real: list[bytes], n: int) -> list[tuple[b
             cut -= 1
         return line[:cut], "invalid_json"
 
+    def neutral():
+        """A whole record of both agents (Claude Code ``uuid``, Codex
+        ``payload``) that changes no state."""
+        return b'{"type":"file-history-snapshot","uuid":"n-%d","payload":{"type":"noop"}}' % rng.randrange(1 << 60)
+
     makers = [
         torn,
-        lambda: (rng.choice(real) + rng.choice(real), "invalid_json"),  # glued records
+        # a torn record glued to whole ones (Copilot CLI after a resume): the whole ones are read
+        lambda: (torn()[0] + neutral() + rng.choice([b"", neutral()]), "torn_record"),
+        lambda: (neutral() + b" " + neutral(), "glued_records"),
+        lambda: (neutral() + torn()[0], "torn_record"),  # a torn tail
         # a lone surrogate escape (JSON.stringify cutting an emoji): kept through the standard library
         lambda: (b'{"type":"user","text":"\\u%04x"}' % rng.randrange(0xD800, 0xE000), "ok"),
         lambda: (b"[" * (d := rng.choice([1100, 5000, 30_000])) + b"]" * d, "invalid_json"),  # deeper than 1024
@@ -237,7 +245,7 @@ def hostile_lines(rng: random.Random, real: list[bytes], n: int) -> list[tuple[b
         lambda: (b'{"type":"x","n":' + b"9" * rng.randrange(310, 2000) + b"}", "invalid_json"),
         lambda: (b'{"n":NaN}', "invalid_json"),
         lambda: (b'{"a":1,}', "invalid_json"),
-        lambda: (b"\xef\xbb\xbf" + rng.choice(real), "invalid_json"),  # byte order mark
+        lambda: (b"\xef\xbb\xbf" + neutral(), "torn_record"),  # byte order mark
         lambda: (bytes(rng.choice(b"#%&*<>?@^`|~") for _ in range(rng.randrange(1, 200))), "invalid_json"),
         lambda: (b'{"type":"user","m":"' + rng.choice([b"\xff", b"\xfe", b"\xc0\x80", b"\xed\xa0\x80", b"\xe2\x82",
                                                         b"\xf0\x9f\x98", b"\x80", b"\xf8\x88\x80\x80\x80"]) + b'"}',

@@ -44,12 +44,15 @@ EXPECTED = {
     ("codex", "Stop"): ("working", "completed", None),
     ("codex", "StopFailure"): ("working", "error", None),
     ("codex", "SubagentStop"): ("working", "working", None),
+    ("copilot_cli", "Stop"): ("waiting", "completed", None),  # the real 1.0.102 body
 }
 SETUP = {  # hook events that put a session into the "before" state
     "working": [("UserPromptSubmit", {"prompt": "go"})],
     "waiting": [("UserPromptSubmit", {"prompt": "go"}), ("PermissionRequest", {"tool_name": "Bash"})],
     "completed": [("UserPromptSubmit", {"prompt": "go"}), ("Stop", {"stop_hook_active": False})],
 }
+#: Copilot CLI's hooks that say anything are Notification and Stop only
+SETUP_BY_PROVIDER = {"copilot_cli": {"waiting": [("Notification", {"notification_type": "permission_prompt"})]}}
 
 
 def _fixtures():
@@ -70,7 +73,7 @@ def test_hook_fixture_moves_the_state(provider, name):
     before, after, waiting_for = EXPECTED[(provider, name)]
     store = SessionStore(Metrics(), Timing())
     t = T0
-    for event, fields in SETUP[before]:
+    for event, fields in SETUP_BY_PROVIDER.get(provider, SETUP)[before]:
         t += 1
         body = json.dumps({"session_id": SID, "transcript_path": None, "cwd": "/home/dev/shop",
                            "hook_event_name": event, "turn_id": "turn-1", **fields}).encode()

@@ -90,7 +90,8 @@ def _why_not() -> str | None:
         exe = bindir / pinned()[agent]["bin"]
         try:
             out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60,
-                                 env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "DISABLE_AUTOUPDATER": "1"})
+                                 env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": "/nonexistent",  # Pi: node 22 there
+                                      "DISABLE_AUTOUPDATER": "1"})
         except OSError as e:
             return f"{exe}: {e}"
         if version not in out.stdout:

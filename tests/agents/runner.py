@@ -24,6 +24,7 @@ files are never opened.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -45,6 +46,13 @@ sys.path.insert(0, str(HERE))
 
 from harness import Exporter, Receiver, merge  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
+import agent_copilot  # noqa: E402
+import agent_pi  # noqa: E402
+
+#: Agents whose set-up lives in a module of their own (``roots``, ``setup``,
+#: ``hook_file``, ``env``, ``argv``, ``BIN``, ``READY``); Claude Code and Codex
+#: are set up inline below.
+AGENT_KITS = {m.NAME: m for m in (agent_pi, agent_copilot)}
 
 MODEL_PORT = 8765
 FAKE_KEY_ANTHROPIC = "sk-ant-fake-0000000000000000000000"
@@ -109,7 +117,10 @@ class Run:
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "notes.txt").write_text("a file for the agent to list\n")
         claude = self.scn.agent == "claude_code"
+        kit = AGENT_KITS.get(self.scn.agent)
         roots = {"claude_code": self.home / ".claude" / "projects", "codex": self.home / ".codex" / "sessions"}
+        if kit:
+            roots.update(kit.roots(self.home))
         for r in roots.values():
             r.mkdir(parents=True)
         self.model = subprocess.Popen(
@@ -119,8 +130,7 @@ class Run:
         self.receiver = Receiver()
         self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
-                                           "claude_code": {"paths": [str(roots["claude_code"])]},
-                                           "codex": {"paths": [str(roots["codex"])]}}}, self.scn.config))
+                                           **{a: {"paths": [str(r)]} for a, r in roots.items()}}}, self.scn.config))
         self.exporter.start()
         for _ in range(100):
             try:
@@ -129,7 +139,9 @@ class Run:
             except OSError:
                 time.sleep(0.05)
         url = f"http://127.0.0.1:{self.exporter.port}"
-        if claude:
+        if kit:
+            kit.setup(self, MODEL_PORT)
+        elif claude:
             cdir = self.home / ".claude"
             (cdir / "settings.json").write_text("{}\n")
             json.dump({"hasCompletedOnboarding": True, "lastOnboardingVersion": "2.1.332", "theme": "dark",
@@ -168,8 +180,10 @@ trust_level = "trusted"
 ''')
         if claude:
             self.user_settings()
-        if self.scn.hooks:
-            agent_file = (self.home / ".claude" / "settings.json") if claude else (self.home / ".codex" / "hooks.json")
+        if self.scn.hooks and (not kit or kit.hook_file(self.home)):
+            agent_file = kit.hook_file(self.home) if kit else \
+                (self.home / ".claude" / "settings.json") if claude else (self.home / ".codex" / "hooks.json")
+            agent_file.parent.mkdir(parents=True, exist_ok=True)
             r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent",
                                 self.scn.agent, "--url", url, "--config.file", str(self.exporter.config_path),
                                 "--file", str(agent_file), *(["--command"] if self.scn.hook_type == "command" else [])],
@@ -194,7 +208,9 @@ trust_level = "trusted"
     def env(self) -> dict:
         e = {"HOME": str(self.home), "PATH": f"{self.bindir}:/usr/local/bin:/usr/bin:/bin",
              "TERM": "xterm-256color", "LANG": "C.UTF-8", "USER": "agent", "SHELL": "/bin/bash", **QUIET_ENV}
-        if self.scn.agent == "claude_code":
+        if self.scn.agent in AGENT_KITS:
+            e.update(AGENT_KITS[self.scn.agent].env(self, MODEL_PORT))
+        elif self.scn.agent == "claude_code":
             e.update({"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{MODEL_PORT}", "ANTHROPIC_API_KEY": FAKE_KEY_ANTHROPIC})
         else:
             e.update({"CODEX_HOME": str(self.home / ".codex"), "FAKE_OPENAI_KEY": FAKE_KEY_OPENAI})
@@ -203,6 +219,8 @@ trust_level = "trusted"
 
     def argv(self) -> list[str]:
         a = self.scn
+        if a.agent in AGENT_KITS:
+            return AGENT_KITS[a.agent].argv(a)
         if a.agent == "claude_code":
             return ["claude", *a.args, *(["-p", a.prompt] if a.mode == "print" else [])]
         if a.mode == "print":
@@ -338,6 +356,13 @@ trust_level = "trusted"
                     os.kill(p, signal.SIGKILL)
                 except (ProcessLookupError, TypeError):
                     pass
+        elif kind == "restart":  # the agent started again in the same work dir, with extra args (resume)
+            self.tmuxc("kill-session", "-t", "s")
+            self.tmux = False
+            self.scn = dataclasses.replace(self.scn, args=[*self.scn.args, *st[1]])
+            self.start_agent()
+            self.do(("wait_pane", self.scn.ready, 60))
+            time.sleep(1.5)
         elif kind == "exited":
             deadline = time.time() + st[1]
             while time.time() < deadline and not self.agent_exited():
@@ -354,9 +379,10 @@ trust_level = "trusted"
             return res
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
         try:
-            exe = self.bindir / ("claude" if self.scn.agent == "claude_code" else "codex")
+            kit = AGENT_KITS.get(self.scn.agent)
+            exe = self.bindir / (kit.BIN if kit else "claude" if self.scn.agent == "claude_code" else "codex")
             self.version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60,
-                                          env={"HOME": str(self.out), "PATH": "/usr/bin:/bin",
+                                          env={"HOME": str(self.out), "PATH": f"{self.bindir}:/usr/bin:/bin",
                                                **QUIET_ENV}).stdout.strip()
             m = re.search(r"\d+\.\d+\.\d+\S*", self.version)
             res["version"] = m.group(0) if m else self.version

@@ -26,8 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import agent_copilot
+import agent_pi
+
 CLAUDE_READY = r"(?i)(for shortcuts|\? for|❯)"
 CODEX_READY = r"(?i)(›|context left|for shortcuts)"
+#: Agents whose screens are described in their own module (tests/agents/agent_*.py).
+READY: dict[str, str] = {m.NAME: m.READY for m in (agent_pi, agent_copilot)}
 
 
 @dataclass
@@ -58,7 +63,7 @@ class Scenario:
 
     @property
     def ready(self) -> str:
-        return CLAUDE_READY if self.agent == "claude_code" else CODEX_READY
+        return READY.get(self.agent) or (CLAUDE_READY if self.agent == "claude_code" else CODEX_READY)
 
 
 #: The user's own hooks of the issue-29 scenarios (Claude Code settings, by file; see ``Scenario.settings``).
@@ -354,4 +359,79 @@ def _all() -> list[Scenario]:
     ]
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all()}
+def _pi_copilot() -> list[Scenario]:
+    """Pi and Copilot CLI (their set-up: tests/agents/agent_pi.py, agent_copilot.py)."""
+    P, G = "pi", "copilot_cli"
+    out = []
+    for a, short in ((P, "pi"), (G, "copilot")):
+        extra = ["--allow-all-tools"] if a == G else []
+        out += [
+            Scenario(f"{short}_text_print", a, "print", prompt="Say hello. SCN_TEXT", args=extra,
+                     what="a text turn (print mode)",
+                     steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+            Scenario(f"{short}_tool_call_print", a, "print", prompt="List the files here. SCN_BASH", args=extra,
+                     what="a tool call (bash ls)",
+                     steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+            Scenario(f"{short}_rate_limit_recovers_print", a, "print", prompt="Go. SCN_ERR429", args=extra,
+                     model_env={"FAKE_FAIL_N": 2}, what="429 twice, retried by the agent itself, then the answer",
+                     steps=[("exited", 90), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+            Scenario(f"{short}_overloaded_gives_up_print", a, "print", prompt="Go. SCN_ERR529", args=extra,
+                     what="529 on every attempt: the agent retries, then gives up (one error page)",
+                     steps=[("sleep", 4), ("expect", "working", [], 2), ("exited", 120),
+                            ("expect", "error", ["error"], 20, {"error_kind": "overloaded"})], pages=["error"]),
+            Scenario(f"{short}_auth_error_print", a, "print", prompt="Go. SCN_AUTH", args=extra,
+                     what="401: an error the agent does not retry for long",
+                     steps=[("exited", 90), ("expect", "error", ["error"], 15, {"error_kind": "auth"})],
+                     pages=["error"]),
+            Scenario(f"{short}_two_turns", a, "tui", args=extra, what="a text turn, then a second turn", steps=[
+                ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                ("expect", "completed", ["completed"], 15),
+                ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+                ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+            Scenario(f"{short}_esc_streaming", a, "tui", args=extra, what="Esc while streaming, then a new turn",
+                     steps=[("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40),
+                            # Copilot 1.0.102: Esc Esc, and its abort is written some 12 s later
+                            ("keys", *(["Escape", "Escape"] if a == G else ["Escape"])),
+                            ("expect", "interrupted", [], 25 if a == G else 10),
+                            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+            Scenario(f"{short}_bang_command", a, "tui", args=extra, what="a turn, then a !command: no page", steps=[
+                ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                ("expect", "completed", ["completed"], 15),
+                ("type", "!ls"), ("wait_pane", "notes.txt", 20), ("sleep", 4),
+                ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+            Scenario(f"{short}_compact", a, "tui", args=extra, what="a turn, then /compact: no page", steps=[
+                ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+                ("expect", "completed", ["completed"], 15),
+                ("type", "/compact"), ("sleep", 8),
+                ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+        ]
+    quit_keys = ("keys", "C-c", "C-c", "C-c")
+    out += [
+        Scenario("pi_resume", P, "tui", what="a turn, quit, `pi -c`, a new turn: the old turn pages no more", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), quit_keys, ("exited", 15),
+            ("restart", ["-c"]), ("sleep", 3), ("expect", "completed", ["completed"], 5),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("copilot_resume", G, "tui", what="a turn, quit, `copilot --continue`, a new turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), quit_keys, ("exited", 15),
+            ("restart", ["--continue"]), ("sleep", 3), ("expect", "completed", ["completed"], 5),
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("copilot_ask_user", G, "tui", what="an ask_user question (written: only the open call)", steps=[
+            ("type", "Ask me. SCN_ASK"), ("wait_pane", r"(?i)which colour", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", r"(?i)all done", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+        Scenario("copilot_permission", G, "tui", what="a permission prompt answered", steps=[
+            ("type", "Create a file. SCN_WRITE"), ("wait_pane", r"(?i)(allow|approve|do you want)", 40),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 40),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"]),
+    ]
+    return out
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all() + _pi_copilot()}
