@@ -147,3 +147,57 @@ def test_reads_nothing_of_it():
     assert f"open {files['claude_code']}" in out.stdout
     assert f"os.scandir {files['codex'].parent}" in out.stdout
     assert "read or changed the real HOME" in out.stdout
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-c", "safe.directory=*", "-C", str(ROOT), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_nothing_run_writes_lands_in_the_checkout(tmp_path):
+    """`run` started in the checkout with the default state_dir (and a hook
+    event spooled by the `hook` command): every file it writes is in the
+    platform's state folder, none in the checkout, and `git ls-files` holds
+    none of them (a state/ folder with a hook secret was once committed)."""
+    import json
+    import urllib.request
+
+    from harness import wait_for
+
+    if shutil.which("git") is None or _git("rev-parse", "--git-dir").returncode != 0:
+        import pytest
+
+        pytest.skip("not a git checkout")
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(json.dumps({"sources": {p: {"paths": [str(tmp_path / p)]}
+                                           for p in ("claude_code", "codex", "copilot_cli", "pi")}}))
+    state = Path(os.environ["XDG_STATE_HOME"]) / "coding-agent-exporter"
+    before = _git("status", "--porcelain", "--untracked-files=all", "--ignored").stdout.splitlines()
+    # the hook command with no exporter: the event is spooled in the state_dir
+    hook = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", "claude_code",
+                           "--url", "http://127.0.0.1:9", "--config.file", str(cfg)], cwd=ROOT,
+                          input='{"hook_event_name": "Stop", "session_id": "s1"}', capture_output=True, text=True,
+                          timeout=60)
+    assert hook.returncode == 0, hook.stderr
+    log = open(tmp_path / "run.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg),
+                             "--web.listen-address", "127.0.0.1:0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        url = wait_for(lambda: (state / "listen-url").exists() and (state / "listen-url").read_text().strip(),
+                       timeout=30, what="listen-url")
+        wait_for(lambda: urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200, timeout=30,
+                 what="ready")
+        wait_for(lambda: (state / "checkpoint.json").exists(), what="the first checkpoint")
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0, (tmp_path / "run.log").read_text()
+        log.close()
+    written = {str(p.relative_to(state)) for p in state.rglob("*")}
+    assert {"hook-secret", "lock", "checkpoint.json"} <= written, written
+    names = {Path(w).name for w in written} | {Path(w).parts[0] for w in written}
+    tracked = _git("ls-files").stdout.splitlines()
+    assert not [t for t in tracked if Path(t).name in names or Path(t).parts[0] == "state"], \
+        "git ls-files holds files an exporter writes in its state_dir"
+    after = _git("status", "--porcelain", "--untracked-files=all", "--ignored").stdout.splitlines()
+    new = [line for line in after if line not in before]
+    assert not [line for line in new if Path(line[3:].strip('"')).name in names], new
