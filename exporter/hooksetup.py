@@ -253,7 +253,8 @@ def add_parser(sub) -> None:
     for verb, help_ in (("print", "print the hooks block to add to the agent's settings"),
                         ("install", "merge the hooks into the agent's settings file (keeps a backup)")):
         p = verbs.add_parser(verb, allow_abbrev=False, help=help_)
-        p.add_argument("--agent", required=True, choices=AGENTS)
+        p.add_argument("--agent", required=True, metavar="AGENT",
+                       help=f"the agent: {', '.join(AGENTS)} (checked by main: an agent without hooks is said so)")
         p.add_argument("--url", default=DEFAULT_URL,
                        help=f"the exporter's base URL, as the agent reaches it (default: {DEFAULT_URL})")
         p.add_argument("--command", dest="use_command", action="store_true",
@@ -298,6 +299,17 @@ def check_url(url: str) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``hooks print|install``; exit status 0, or 2 with a message on stderr."""
+    if args.agent not in AGENTS:
+        from .providers import PROVIDER_MODULES
+
+        mod = PROVIDER_MODULES.get(args.agent)
+        if mod is not None:
+            print(f"coding-agent-exporter: {mod.LABEL} has no hooks to install: the exporter follows its "
+                  f"transcripts only, nothing to set up (hooks exist for {', '.join(AGENTS)})", file=sys.stderr)
+        else:
+            print(f"coding-agent-exporter: --agent {args.agent!r}: not an agent with hooks "
+                  f"(one of: {', '.join(AGENTS)})", file=sys.stderr)
+        return 2
     problem = check_url(args.url)
     if problem:
         print(f"coding-agent-exporter: --url {args.url!r}: {problem}", file=sys.stderr)

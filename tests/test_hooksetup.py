@@ -294,3 +294,13 @@ def test_install_says_what_the_command_hooks_run_and_about_codex_hooks(tmp_path:
     assert "run `hooks install` again" in r.stdout and "codex_hooks = true" in r.stdout
     r = cli("install", "--agent", "claude_code", "--file", str(tmp_path / "settings.json"))
     assert r.returncode == 0 and "The hooks run" not in r.stdout and "Restart Claude Code" in r.stdout
+
+
+def test_an_agent_without_hooks_is_said_so():
+    """`hooks install --agent pi`: Pi has no hooks (not argparse's "invalid choice")."""
+    for verb in ("print", "install"):
+        r = cli(verb, "--agent", "pi")
+        assert r.returncode == 2
+        assert "Pi has no hooks to install" in r.stderr and "invalid choice" not in r.stderr, r.stderr
+    r = cli("print", "--agent", "vim")
+    assert r.returncode == 2 and "not an agent with hooks (one of: claude_code, codex, copilot_cli)" in r.stderr

@@ -74,7 +74,7 @@ def page_kind(title: str) -> str:
     """The kind of a page from its title (see ``alerts.Alerter._message``)."""
     if title.endswith(": your turn"):
         return "completed"
-    if ": stopped on " in title:
+    if ": stopped on " in title or title.endswith(": the agent exited mid-turn"):
         return "error"
     if title.endswith(": stalled"):
         return "stalled"

@@ -164,7 +164,7 @@ def _all() -> list[Scenario]:
         Scenario("claude_killed", C, "tui", needs="registry",
                  what="the agent process killed mid-turn: never a false done (agent_exited)", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
-            ("expect", "error", ["error"], 10)], pages=["error"], titles=[r"stopped on agent exited$"]),
+            ("expect", "error", ["error"], 10)], pages=["error"], titles=[r": the agent exited mid-turn$"]),
         Scenario("claude_print_429_recovers", C, "print", prompt="Answer after a rate limit. SCN_ERR429",
                  model_env={"FAKE_FAIL_N": 2}, what="-p: a 429 that recovers", steps=[
             ("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
