@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
     scan.add_argument("--provider", choices=list(PROVIDER_MODULES),
                       help="treat every file as this agent's (default: by folder, else by content)")
+    scan.add_argument("--by", choices=["day"],
+                      help="print tokens and cost per local day and model instead (as ccusage daily does)")
 
     check = sub.add_parser("check-config", allow_abbrev=False, help="validate the configuration and print the effective roots")
     _common(check)
@@ -213,7 +215,7 @@ def _scan_hint(args, cfg) -> str:
 
 
 def _scan(args, cfg) -> int:
-    from .scan import format_table, print_progress, scan
+    from .scan import format_days, format_table, print_progress, scan
 
     if not args.paths:
         from .roots import configured_roots
@@ -238,11 +240,22 @@ def _scan(args, cfg) -> int:
                       "(use ISO-8601 with a zone, e.g. 2026-05-01T10:00:00Z, or Unix seconds)", file=sys.stderr)
                 return 2
     try:
-        rows, _store = scan(args.paths, cfg, args.provider, at, progress=print_progress)
+        rows, _store = scan(args.paths, cfg, args.provider, at, progress=print_progress, by_hour=bool(args.by))
     except FileNotFoundError as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
     out = sys.stdout
+    if args.by:
+        from .scan import by_day
+
+        days = by_day(rows)
+        if args.json:
+            out.write(orjson.dumps(days).decode() + "\n")
+        else:
+            for line in format_days(days):
+                out.write(line + "\n")
+            _usage_hint(rows)
+        return 0
     if args.json:
         for row in rows:
             out.write(orjson.dumps(row).decode() + "\n")
@@ -254,7 +267,16 @@ def _scan(args, cfg) -> int:
         return 0
     for line in format_table(rows, time.time() if at is None else at):
         out.write(line + "\n")
+    _usage_hint(rows)
     return 0
+
+
+def _usage_hint(rows) -> None:
+    from .scan import usage_hint
+
+    hint = usage_hint(rows)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
 
 
 def _check(cfg) -> int:
@@ -275,6 +297,11 @@ def _check(cfg) -> int:
     targets, problems = _targets(cfg)
     print(describe_targets(cfg, targets) if targets is not None else
           f"alerts: {len(problems)} unusable setting(s), listed below")
+    if targets is not None:
+        from .suppress import describe as describe_noise
+
+        for line in describe_noise(cfg.alerts, targets):
+            print(line)
     problems += _state_dir_problems(cfg.resolved_state_dir())
     if problems:
         print(f"configuration has {len(problems)} error(s):")
@@ -432,14 +459,23 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
               "(set state_dir in the config file)", file=sys.stderr)
         return 2  # a setting to change: a service manager does not restart it (RestartPreventExitStatus=2)
     daemon = Daemon(cfg, metrics, alerter, early)
+    alerter.lookup = daemon.store.session  # the digest's and the mute API's view of the sessions
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
+    from .usage import UsageCollector
+
+    metrics.registry.register(UsageCollector(daemon.store))
     from .statuspage import status_app
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
-                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
+                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers),
+                        mutes=alerter.noise.mutes.rows)
     from .alertmanager import PATH as AM_PATH, receiver_app
 
     routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
+    from .mute_api import PATH_MUTES, PREFIX_PROJECTS, PREFIX_SESSIONS, mute_app
+
+    mutes = mute_app(alerter.noise.mutes, daemon.store.session)
+    routes.update({PREFIX_SESSIONS: mutes, PREFIX_PROJECTS: mutes, PATH_MUTES: mutes})
     fleet = None
     if cfg.fleet.peers:
         from .fleet import PATH as FLEET_PATH, Fleet
