@@ -369,11 +369,14 @@ def test_signal_during_large_startup_scan(tmp_path):
         except OSError:  # not serving yet
             return False
 
-    wait_for(reading, timeout=30, interval=0.05, what="the read of the large file under way")
-    t0 = time.monotonic()
-    exp.send(signal.SIGTERM)
-    rc = exp.wait_exit(20)
-    took = time.monotonic() - t0
+    try:
+        wait_for(reading, timeout=30, interval=0.05, what="the read of the large file under way")
+        t0 = time.monotonic()
+        exp.send(signal.SIGTERM)
+        rc = exp.wait_exit(20)
+        took = time.monotonic() - t0
+    finally:
+        exp.stop("kill")  # (gone already, unless the test failed before it)
     log = exp.log()
     assert rc == 0, log[-2000:]
     assert "start-up scan stopped" in log, log[-2000:]
