@@ -44,7 +44,7 @@ class Scenario:
     #: regexes the page titles match, in order (when given)
     titles: list = field(default_factory=list)
     hooks: bool = True
-    #: Claude Code hooks as ``http`` (the default ``hooks install``) or ``command`` (``--command``)
+    #: Claude Code hooks as ``http`` (``hooks install --http``) or ``command`` (the default ``hooks install``)
     hook_type: str = "http"
     slow: bool = False
     needs: str | None = None
