@@ -184,8 +184,8 @@ def test_nothing_run_writes_lands_in_the_checkout(tmp_path):
                              "--web.listen-address", "127.0.0.1:0"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         url = wait_for(lambda: (state / "listen-url").exists() and (state / "listen-url").read_text().strip(),
-                       timeout=30, what="listen-url")
-        wait_for(lambda: urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200, timeout=30,
+                       timeout=60, what="listen-url")
+        wait_for(lambda: urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200, timeout=60,
                  what="ready")
         wait_for(lambda: (state / "checkpoint.json").exists(), what="the first checkpoint")
     finally:
