@@ -185,8 +185,12 @@ def test_nothing_run_writes_lands_in_the_checkout(tmp_path):
     try:
         url = wait_for(lambda: (state / "listen-url").exists() and (state / "listen-url").read_text().strip(),
                        timeout=60, what="listen-url")
-        wait_for(lambda: urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200, timeout=60,
-                 what="ready")
+        def ready():
+            try:
+                return urllib.request.urlopen(url + "/-/ready", timeout=2).status == 200
+            except OSError:  # not serving yet, or still reading (503)
+                return False
+        wait_for(ready, timeout=60, what="ready")
         wait_for(lambda: (state / "checkpoint.json").exists(), what="the first checkpoint")
     finally:
         proc.terminate()
