@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
 from .metrics import Metrics
-from .names import ALERT_KINDS
+from .names import ALERT_KINDS, ERROR_KINDS
 from .persist import load_json, save_json
 from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
 from .providers import PROVIDER_MODULES
@@ -52,6 +52,10 @@ LEDGER_MAX_ENTRIES = 50_000
 
 #: What a page says the agent waits for, by wait reason.
 WAIT_TITLES = pagetext.WAIT_WORDS
+#: What an error page's title says, by error kind (``names.ERROR_KINDS``): "stopped on <kind>", but
+#: for a process that died, whose turn did not stop on anything.
+ERROR_TITLES = {**{kind: f"stopped on {kind.replace('_', ' ')}" for kind in ERROR_KINDS},
+                "agent_exited": "the agent exited mid-turn"}
 KINDS = ALERT_KINDS
 
 
@@ -614,7 +618,7 @@ class Alerter:
         if st.state == "completed":
             title = f"{mod.LABEL} · {project}: your turn"
         elif st.state == "error":
-            title = f"{mod.LABEL} · {project}: stopped on {(st.error_kind or 'error').replace('_', ' ')}"
+            title = f"{mod.LABEL} · {project}: {ERROR_TITLES.get(st.error_kind, 'stopped on an error')}"
         elif st.state == "waiting":
             title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
         else:

@@ -509,13 +509,19 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         hint = ""
         if e.errno == errno.EADDRINUSE:
             hint = (" (another exporter, or another program, is listening there: stop it, or pick another "
-                    "address with --web.listen-address, e.g. 127.0.0.1:9878)")
+                    f"address with --web.listen-address, e.g. {_free_address_near(args.listen)}, free now)")
         print(f"coding-agent-exporter: cannot listen on {args.listen}: {e.strerror or e}{hint}", file=sys.stderr)
-        return 1
+        # In use: another program holds it now, a restart may find it free. Else (an address this
+        # machine does not have, a port it may not bind, a name that does not resolve) a setting to
+        # change: 2, which a service manager does not restart (RestartPreventExitStatus=2).
+        return 1 if e.errno == errno.EADDRINUSE else 2
     scheme = "https" if web.cert_file else "http"
     host, port = server.server_address[:2]
-    log.info("coding-agent-exporter %s serving %s://%s:%d%s", __version__, scheme,
-             f"[{host}]" if ":" in host else host, port, telemetry)
+    url = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+    log.info("coding-agent-exporter %s serving %s: status page /, metrics %s, API /api/v1/sessions and "
+             "/api/v1/health, hooks /hooks/<agent>%s", __version__, url, telemetry,
+             ", fleet /api/v1/fleet" if fleet is not None else "")
+    listen_url = _note_listen_url(cfg.resolved_state_dir(), url)
     if not stop.is_set():
         alerter.start()
         daemon.start()
@@ -529,5 +535,48 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     alerter.stop()
     server.shutdown()
     server.server_close()
+    if listen_url is not None:
+        listen_url.unlink(missing_ok=True)
     log.info("stopped")
     return 0
+
+
+def _free_address_near(listen: str) -> str:
+    """``HOST:PORT`` with the first port after ``listen``'s that can be
+    bound on its host now (of the next 100), else port 0 (the system picks
+    one; the start line and ``state_dir/listen-url`` say which)."""
+    import socket
+
+    from .web import parse_listen_address
+
+    host, port = parse_listen_address(listen)
+    shown = f"[{host}]" if ":" in host else host
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    for p in range(port + 1, min(port + 101, 65536)):
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, p))
+            except OSError:
+                continue
+        return f"{shown}:{p}"
+    return f"{shown}:0"
+
+
+#: In ``state_dir``: the URL the running exporter serves on (``http://127.0.0.1:PORT``), the port it
+#: got when ``--web.listen-address`` asked for port 0 included; removed at a clean stop.
+LISTEN_URL_FILE = "listen-url"
+
+
+def _note_listen_url(state_dir, url: str):
+    """Write ``url`` to ``state_dir/listen-url`` (atomically; a script, a
+    test or a hook finds the port there); returns its path, or None when it
+    could not be written (logged: serving goes on)."""
+    from .persist import write_atomic
+
+    path = state_dir / LISTEN_URL_FILE
+    try:
+        write_atomic(path, lambda f: f.write(url.encode() + b"\n"))
+    except OSError as e:
+        log.warning("cannot write %s: %s", path, e.strerror or e)
+        return None
+    return path

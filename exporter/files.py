@@ -301,17 +301,22 @@ class FileTable:
             if prov is None:
                 log.warning("%s: no records of a known agent found; skipped", fp)
             elif self.track(fp, prov, root, born=news_from if until is not None and until.get(fp) == 0 else None):
+                # Each refresh reads at most READ_BUDGET_BYTES (4 MiB, a fraction of a second): a stop
+                # is looked at between them, so it waits out no large file.
+                going = (lambda: not stop()) if stop is not None else (lambda: True)
                 if until is None:
                     tailer = self.files[fp].tailer
                     # until a read reaches the end (not one more to find nothing)
-                    while self.refresh(fp, live=False, final=True) and tailer.offset < tailer.size:
+                    while self.refresh(fp, live=False, final=True) and tailer.offset < tailer.size and going():
                         pass
                 else:
                     u = until.get(fp)
-                    while self.refresh(fp, live=False, until=u):
+                    while self.refresh(fp, live=False, until=u) and going():
                         pass
-                    while self.refresh(fp, live=True):
+                    while going() and self.refresh(fp, live=True):
                         pass
+                if not going():
+                    break
                 s = self.session_of(fp)
                 if s is not None:
                     key = (s.provider, s.session_id)

@@ -7,9 +7,13 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
   ``permission_prompt|elicitation_dialog|elicitation_response|elicitation_complete|agent_needs_input``
   only: ``idle_prompt`` and ``agent_completed`` add nothing), ``PostToolUse``,
   ``PostToolUseFailure``, ``PermissionDenied``, ``UserPromptSubmit``, ``Stop``, ``StopFailure``,
-  ``SessionEnd``. By default as ``"type": "http"`` hooks that POST the hook JSON to
-  ``<url>/hooks/claude_code``; with ``--command`` as command hooks running
-  ``coding-agent-exporter hook --agent claude_code --url <url>``.
+  ``SessionEnd``. By default as command hooks running
+  ``coding-agent-exporter hook --agent claude_code --url <url>``, which read the hook secret from the
+  state folder when they run: the settings file (often in a dotfiles repository) holds no secret.
+  With ``--http`` (or a ``--url`` with a password, which stays out of the file) as ``"type": "http"``
+  hooks that POST the hook JSON to ``<url>/hooks/claude_code`` with the secret in their headers.
+  Re-running ``install`` turns an earlier install's HTTP hooks into command hooks in place, and the
+  backup it makes has that secret removed.
 - Codex (``~/.codex/hooks.json``; https://developers.openai.com/codex/hooks): command hooks only,
   for ``PermissionRequest``, ``PostToolUse``, ``UserPromptSubmit``, ``Stop``, ``Interrupt`` (0.152).
   The file's root may
@@ -189,6 +193,26 @@ def merge(settings: dict, block: dict, agent: str) -> dict:
     return out
 
 
+#: What a backup holds where an earlier install's hook secret was (it is not in the new file).
+REMOVED_TOKEN = "removed-by-hooks-install"
+
+
+def _tokens(settings: dict, agent: str) -> set[str]:
+    """The hook secrets in ``settings``' HTTP handlers of ours (``headers`` of an earlier install)."""
+    from .hooks import TOKEN_HEADER
+
+    out = set()
+    hooks = settings.get("hooks") if isinstance(settings, dict) else None
+    for groups in (hooks.values() if isinstance(hooks, dict) else ()):
+        for g in groups if isinstance(groups, list) else ():
+            for h in (g.get("hooks") if isinstance(g, dict) and isinstance(g.get("hooks"), list) else ()):
+                headers = h.get("headers") if _is_ours(h, agent) else None
+                token = headers.get(TOKEN_HEADER) if isinstance(headers, dict) else None
+                if isinstance(token, str) and len(token) >= 16:
+                    out.add(token)
+    return out
+
+
 def _dump(obj: dict) -> str:
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
@@ -220,7 +244,7 @@ def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = Fals
     merged = merge(settings, block, agent)
     if text is not None and merged == settings:
         return f"{path}: hooks already installed, nothing changed"
-    backup = None
+    backup, gone = None, []
     path.parent.mkdir(parents=True, exist_ok=True)
     if text is not None:
         stamp = f"{path.name}.bak-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
@@ -229,7 +253,13 @@ def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = Fals
             n += 1
             backup = path.with_name(f"{stamp}.{n}")
         shutil.copy2(path, backup)
-        if secret:  # it may hold the secret of an earlier install
+        gone = [t for t in _tokens(settings, agent) if t not in _dump(merged)]
+        if gone:  # an earlier install's hook secret, no longer in the file: not in its backup either
+            old = text
+            for t in gone:
+                old = old.replace(t, REMOVED_TOKEN)
+            backup.write_text(old, encoding="utf-8")
+        if secret or gone:  # it may hold the secret of an earlier install
             os.chmod(backup, 0o600)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -243,6 +273,7 @@ def install(agent: str, path: Path, url: str = DEFAULT_URL, command: bool = Fals
         raise
     added = ", ".join(block["hooks"])
     return (f"{path}: installed hooks for {added}" + (" (mode 0600: it holds the hook secret)" if secret else "")
+            + (" (the hook secret of the earlier HTTP hooks is no longer in it, nor in the backup)" if gone else "")
             + (f" (backup: {backup})" if backup else ""))
 
 
@@ -253,12 +284,15 @@ def add_parser(sub) -> None:
     for verb, help_ in (("print", "print the hooks block to add to the agent's settings"),
                         ("install", "merge the hooks into the agent's settings file (keeps a backup)")):
         p = verbs.add_parser(verb, allow_abbrev=False, help=help_)
-        p.add_argument("--agent", required=True, choices=AGENTS)
+        p.add_argument("--agent", required=True, metavar="AGENT",
+                       help=f"the agent: {', '.join(AGENTS)} (checked by main: an agent without hooks is said so)")
         p.add_argument("--url", default=DEFAULT_URL,
                        help=f"the exporter's base URL, as the agent reaches it (default: {DEFAULT_URL})")
+        p.add_argument("--http", dest="use_http", action="store_true",
+                       help="Claude Code: HTTP hooks that POST to the exporter themselves, instead of command hooks "
+                            "running `coding-agent-exporter hook`; the settings file then holds the hook secret")
         p.add_argument("--command", dest="use_command", action="store_true",
-                       help="Claude Code: command hooks running `coding-agent-exporter hook` instead of HTTP hooks "
-                            "(Codex always uses command hooks)")
+                       help="command hooks (the default for Claude Code and Codex; kept for scripts that pass it)")
         p.add_argument("--config.file", dest="config_file", metavar="FILE",
                        help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
         if verb == "install":
@@ -298,6 +332,17 @@ def check_url(url: str) -> str | None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``hooks print|install``; exit status 0, or 2 with a message on stderr."""
+    if args.agent not in AGENTS:
+        from .providers import PROVIDER_MODULES
+
+        mod = PROVIDER_MODULES.get(args.agent)
+        if mod is not None:
+            print(f"coding-agent-exporter: {mod.LABEL} has no hooks to install: the exporter follows its "
+                  f"transcripts only, nothing to set up (hooks exist for {', '.join(AGENTS)})", file=sys.stderr)
+        else:
+            print(f"coding-agent-exporter: --agent {args.agent!r}: not an agent with hooks "
+                  f"(one of: {', '.join(AGENTS)})", file=sys.stderr)
+        return 2
     problem = check_url(args.url)
     if problem:
         print(f"coding-agent-exporter: --url {args.url!r}: {problem}", file=sys.stderr)
@@ -306,11 +351,22 @@ def main(args: argparse.Namespace) -> int:
         print(f"coding-agent-exporter: --config.file {args.config_file}: no such file (the hook command would "
               "spool where the exporter never looks)", file=sys.stderr)
         return 2
+    asked_command = args.use_command
+    if args.use_http and args.use_command:
+        print("coding-agent-exporter: --http and --command: choose one", file=sys.stderr)
+        return 2
+    if args.use_http and args.agent == "codex":
+        print("coding-agent-exporter: --http: Codex runs command hooks only", file=sys.stderr)
+        return 2
+    # Claude Code: command hooks unless --http. The `hook` command reads the secret from the
+    # state folder when it runs, so the settings file (often in a dotfiles repository) holds none.
+    args.use_command = args.agent == "claude_code" and not args.use_http \
+        and (asked_command or urlsplit(args.url).username is None)  # a password stays out of the command line
     if urlsplit(args.url).username is not None and args.agent == "claude_code" and not args.use_command:
         print(f"note: the password is not written to the settings file; set {AUTH_ENV} to the base64 of "
               "user:password in Claude Code's environment", file=sys.stderr)
     if args.agent == "copilot_cli":
-        if args.use_command:  # its command hooks name a script per shell ("bash", "powershell"), not a command line
+        if asked_command:  # its command hooks name a script per shell ("bash", "powershell"), not a command line
             print("coding-agent-exporter: --command: Copilot CLI hooks are HTTP hooks here", file=sys.stderr)
             return 2
         print(f"note: Copilot CLI sends HTTP hooks to a loopback address only when it runs with "

@@ -38,6 +38,8 @@ def headline(label: str, project: str, st) -> str:
         took = fmt_duration(st.duration)
         return f"{who} finished after {took}" if took else f"{who} finished"
     if st.state == "error":
+        if st.error_kind == "agent_exited":  # a process that died: its turn stopped on nothing
+            return f"{who} exited mid-turn"
         return f"{who} stopped on {(st.error_kind or 'an error').replace('_', ' ')}"
     if st.state == "waiting":
         what = WAIT_WORDS.get(st.reason or "", "waits for you")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import select
 import signal
 import time
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 #: Below this many bytes a read stays in one process (forking costs more).
 PARALLEL_MIN_BYTES = 16 << 20
+#: How often a wait for a forked child looks at its stop callable (seconds).
+STOP_POLL_SECONDS = 0.05
 
 
 def worker_count() -> int:
@@ -71,27 +74,52 @@ class Forked:
                 os.close(r)
                 with os.fdopen(w, "wb") as pipe:
                     for out in work():
-                        pickle.dump(out, pipe, protocol=pickle.HIGHEST_PROTOCOL)
+                        data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+                        pipe.write(len(data).to_bytes(8, "little") + data)  # one frame: its length, then it
                         pipe.flush()
             except BaseException:
                 code = 1
             finally:
                 os._exit(code)
         os.close(w)
-        self._pid, self._pipe = pid, os.fdopen(r, "rb")
+        self._pid, self._pipe = pid, r
 
-    def result(self, last: bool = True):
+    def _read(self, n: int, stop) -> bytes | None:
+        """``n`` bytes from the child; None at its end (or when ``stop()``
+        became true while waiting: checked every ``STOP_POLL_SECONDS``)."""
+        out = bytearray()
+        while len(out) < n:
+            if stop is not None:
+                while not select.select([self._pipe], [], [], STOP_POLL_SECONDS)[0]:
+                    if stop():
+                        return None
+            chunk = os.read(self._pipe, min(n - len(out), 1 << 20))
+            if not chunk:
+                return None
+            out += chunk
+        return bytes(out)
+
+    def result(self, last: bool = True, stop=None):
         """The child's next result; None when it failed before sending it
         (or did not run). ``last``: no more is wanted, so the child is
-        waited for, and a child that then exits with a failure gives None."""
+        waited for, and a child that then exits with a failure gives None.
+        ``stop`` (a callable): when it becomes true while waiting, the child
+        is killed and None returned at once (a stop waits out no walk)."""
         if self._pid is None:
             return None
+        out = None
         try:
-            out = pickle.load(self._pipe)
-        except (EOFError, pickle.UnpicklingError, OSError):
-            out, last = None, True
-        if last:
-            self._pipe.close()
+            head = self._read(8, stop)
+            data = self._read(int.from_bytes(head, "little"), stop) if head is not None else None
+            if data is not None:
+                out = pickle.loads(data)
+        except (pickle.UnpicklingError, EOFError, OSError, ValueError):
+            out = None
+        if out is None and stop is not None and stop():
+            self.cancel()
+            return None
+        if out is None or last:
+            os.close(self._pipe)
             _, status = os.waitpid(self._pid, 0)
             self._pid = None
             if status != 0:
@@ -106,7 +134,7 @@ class Forked:
             os.kill(self._pid, signal.SIGKILL)
         except OSError:
             pass
-        self._pipe.close()
+        os.close(self._pipe)
         os.waitpid(self._pid, 0)
         self._pid = None
 
@@ -125,9 +153,13 @@ def fork_map(parts: list, work, progress=None, stop=None) -> list | None:
         return None
     failed = False
     for c in children:
-        out = c.result()
+        out = c.result(stop=stop)
         failed = failed or out is None
         results.append(out)
+    if stop is not None and stop():
+        for c in children:
+            c.cancel()
+        return None
     if failed:
         log.warning("a worker process failed; doing its work again in this process")
         return None

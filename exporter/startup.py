@@ -70,10 +70,11 @@ class StartUp:
             except (OSError, ValueError) as e:
                 log.warning("the history index %s is unusable (%s); history files appended while the exporter was "
                             "down are read whole, as news", cp.history_path, getattr(e, "strerror", None) or e)
-        first = self.early_split.result(last=False) if self.early_split is not None else None
+        first = self.early_split.result(last=False, stop=self.stop.is_set) if self.early_split is not None else None
         if first is None:
-            if self.early_split is not None and self.stop.is_set():
-                return  # it was stopped with the exporter (Ctrl-C, the service manager)
+            if self.early_split is not None and self.stop.is_set():  # stopped with the exporter (Ctrl-C, a service manager)
+                log.info("start-up scan stopped (while walking the folders)")
+                return
             first = next(self._split_here())
         files, history_count, history_bytes = first
         for prov, n in history_count.items():
@@ -132,7 +133,7 @@ class StartUp:
         counted = self._history_counted  # history files per provider already in files_watched
         if counted is None:
             return False
-        index = self.early_split.result() if self.early_split is not None else None
+        index = self.early_split.result(stop=self.stop.is_set) if self.early_split is not None else None
         if index is None:
             if self.stop.is_set():
                 return False  # stopped with the exporter

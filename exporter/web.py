@@ -343,6 +343,24 @@ class HostCheck:
         return host is not None and origin.strip().lower() == f"{scheme}://{host.strip().lower()}"
 
 
+def _head_as_get(inner):
+    """``inner`` (a WSGI app that answers GET only: prometheus_client's
+    answers HEAD with 405) with HEAD answered as GET is, headers and all,
+    without the body (RFC 9110 9.3.2)."""
+    def app(environ, start_response):
+        if environ.get("REQUEST_METHOD") != "HEAD":
+            return inner(environ, start_response)
+        body = inner({**environ, "REQUEST_METHOD": "GET"}, start_response)
+        try:
+            for _chunk in body:
+                pass
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+        return [b""]
+    return app
+
+
 def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None,
              host_check: HostCheck | None = None, routes: dict | None = None, refused=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
@@ -356,7 +374,7 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
     (:class:`HostCheck`; default: loopback names and IP addresses only): a
     ``Host`` not allowed gets 421, a foreign ``Origin`` 403, both counted on
     ``refused`` (a ``Counter`` labelled by reason) when given."""
-    metrics_app = make_wsgi_app(registry)
+    metrics_app = _head_as_get(make_wsgi_app(registry))
     auth = _Auth(users or {})
     check = host_check or HostCheck()
     extra = list((headers or {}).items())

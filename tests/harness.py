@@ -3,6 +3,7 @@ loopback, and helpers that lay transcripts out as Claude Code and Codex do."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -25,9 +26,14 @@ TRANSCRIPTS = FIXTURES / "transcripts"
 
 
 def free_port() -> int:
+    """A port free now, for a server that cannot bind port 0 and tell (Prometheus, Alertmanager): another
+    process may take it before the server binds it. The exporter binds port 0 (:class:`Exporter`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_RUNS = itertools.count(1)  # numbers the exporters' log files
 
 
 def wait_for(pred, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
@@ -198,7 +204,7 @@ class Exporter:
         ``preexec_fn``: for Popen; ``listen``: the listen address ("" for the
         exporter's default); ``python_args``: instead of ``-m coding_agent_exporter``."""
         self.root = root
-        self.port = free_port()
+        self._port: int | None = None  # the port it got (port 0 asked for), read at start from state_dir/listen-url
         cfg = merge(FAST, {
             "sources": {"claude_code": {"paths": [str(root / "claude" / "projects")]},
                         "codex": {"paths": [str(root / "codex" / "sessions")]},
@@ -213,10 +219,10 @@ class Exporter:
         self.extra_args = extra_args or []
         self.env = env
         self.proc: subprocess.Popen | None = None
-        self.log_path = root / f"exporter-{self.port}.log"
+        self.log_path = root / f"exporter-{next(_RUNS)}.log"
         self.prefix = prefix or []
         self.preexec_fn = preexec_fn
-        self.listen = listen  # None: 127.0.0.1 and self.port, read at start
+        self.listen = listen  # None: 127.0.0.1, port 0 at the first start (then the port it got: a restart keeps it)
         self.python_args = python_args or ["-m", "coding_agent_exporter"]
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
@@ -228,15 +234,53 @@ class Exporter:
         if self.env:
             env.update(self.env)
         self._log = open(self.log_path, "ab")
-        addr = self.listen if self.listen is not None else f"127.0.0.1:{self.port}"
+        addr = self.listen if self.listen is not None else "127.0.0.1:0"
+        if addr.endswith(":0") and self._port:  # a restart: where it was (as a restarted exporter is)
+            addr = f"{addr[:-1]}{self._port}"
         listen = ["--web.listen-address", addr] if addr else []
+        if addr.rpartition(":")[2] not in ("", "0"):
+            self._port = int(addr.rpartition(":")[2])
+        self.listen_url_path().unlink(missing_ok=True)  # (a crashed run's)
+        # In the test's own folder: a relative path it writes lands there, never in the checkout.
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, *self.python_args, "run", "--config.file", str(self.config_path),
              *listen, *self.extra_args],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
+            cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
         if wait_ready:
             wait_for(self.ready_check or self.ready, timeout=30, what="exporter ready")
         return self
+
+    def listen_url_path(self) -> Path:
+        """``state_dir/listen-url``: where the exporter says which URL it serves on."""
+        state_dir = self.config.get("state_dir")
+        if state_dir:
+            return Path(state_dir).expanduser() / "listen-url"
+        env = {**os.environ, **(self.env or {})}
+        base = env.get("XDG_STATE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".local" / "state")
+        return Path(base) / "coding-agent-exporter" / "listen-url"
+
+    @property
+    def port(self) -> int:
+        """The port it serves on: the one it got for port 0 (from
+        ``state_dir/listen-url``, waited for), or the one it was given."""
+        if self._port is None:
+            path = self.listen_url_path()
+
+            def written():
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise AssertionError(f"exporter exited with {self.proc.returncode}:\n{self.log()}")
+                try:
+                    return path.read_text().strip()
+                except OSError:
+                    return None
+            if self.proc is None:
+                raise AssertionError("the exporter was not started: it has no port yet")
+            self._port = int(wait_for(written, timeout=30, what=f"{path}").rpartition(":")[2])
+        return self._port
+
+    @port.setter
+    def port(self, value: int) -> None:
+        self._port = value
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:

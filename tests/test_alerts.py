@@ -316,3 +316,13 @@ def test_two_turns_ended_while_the_exporter_was_down_page_twice(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_every_error_kind_has_a_title_that_reads_well():
+    """An error page's title says what happened in words (not "stopped on agent exited")."""
+    from coding_agent_exporter.alerts import ERROR_TITLES
+    from coding_agent_exporter.names import ERROR_KINDS
+
+    assert set(ERROR_TITLES) == set(ERROR_KINDS)
+    assert ERROR_TITLES["agent_exited"] == "the agent exited mid-turn"
+    assert all("_" not in title for title in ERROR_TITLES.values())

@@ -210,6 +210,23 @@ def test_appends_and_new_sessions_show_on_metrics(exporter):
              what="deleted file dropped")
 
 
+def test_head_metrics_answers_like_get_without_a_body(exporter):
+    """`HEAD /metrics` (uptime checkers, `curl -I`) is answered as GET is, without the body: not 405."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", exporter.port, timeout=5)
+    try:
+        conn.request("GET", "/metrics")
+        get = conn.getresponse()
+        get.read()
+        conn.request("HEAD", "/metrics")
+        head = conn.getresponse()
+        assert head.status == 200 and head.read() == b""
+        assert head.getheader("Content-Type") == get.getheader("Content-Type")
+    finally:
+        conn.close()
+
+
 def test_inferred_completion_after_quiet(exporter):
     """Claude 2.1.x writes no marker for a short turn: quiet after assistant
     text is a completion (evidence inferred), paged once."""

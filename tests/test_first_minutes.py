@@ -151,9 +151,34 @@ def test_address_in_use_says_what_to_do(tmp_path):
         cfg = tmp_path / "config.yml"
         cfg.write_text(f"state_dir: {tmp_path / 'st'}\nsources: {{claude_code: {{paths: [{tmp_path}]}}, "
                        f"codex: {{enabled: false}}}}\n")
-        out = _cli("run", "--config.file", str(cfg), "--web.listen-address", f"127.0.0.1:{port}")
-    assert out.returncode == 1
+        with socket.socket() as nxt:  # the port after it is taken too: the hint must not suggest it
+            try:
+                nxt.bind(("127.0.0.1", port + 1))
+                nxt.listen()
+            except OSError:
+                pass  # taken by someone else already: all the same
+            out = _cli("run", "--config.file", str(cfg), "--web.listen-address", f"127.0.0.1:{port}")
+    assert out.returncode == 1  # in use now: a restart may find it free
     assert "another exporter" in out.stderr and "--web.listen-address" in out.stderr, out.stderr
+    import re
+
+    suggested = re.search(r"e\.g\. 127\.0\.0\.1:(\d+), free now", out.stderr)
+    assert suggested, out.stderr
+    assert int(suggested.group(1)) not in (port, port + 1, 9878)
+    with socket.socket() as s:  # free indeed
+        s.bind(("127.0.0.1", int(suggested.group(1))))
+
+
+def test_an_address_this_machine_cannot_serve_on_is_a_setting_to_change(tmp_path):
+    """An address the machine does not have is a mistake in the settings: exit 2, which the systemd
+    unit does not restart (RestartPreventExitStatus=2), not 1 and a restart every 5 s."""
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"state_dir: {tmp_path / 'st'}\nsources: {{claude_code: {{paths: [{tmp_path}]}}}}\n")
+    out = _cli("run", "--config.file", str(cfg), "--web.listen-address", "192.0.2.1:9877")  # TEST-NET-1
+    assert out.returncode == 2, out.stderr
+    assert "cannot listen on 192.0.2.1:9877" in out.stderr
+    unit = (ROOT / "config" / "coding-agent-exporter.service").read_text()
+    assert "RestartPreventExitStatus=2" in unit.splitlines()
 
 
 def test_check_config_lists_key_url_and_state_dir_errors_in_one_run(tmp_path):
@@ -167,3 +192,35 @@ def test_check_config_lists_key_url_and_state_dir_errors_in_one_run(tmp_path):
     assert out.returncode == 2 and "4 configuration errors" in out.stderr, out.stderr
     for needle in ("sources.bogus", "alerts.urls[0]", "alerts.urls[1]", f"state_dir: {state}: not a folder"):
         assert needle in out.stderr, needle
+
+
+def test_port_0_serves_on_the_port_it_got_and_says_where(tmp_path):
+    """`--web.listen-address 127.0.0.1:0`: the system picks a free port; the start line names it with
+    every route (status page, metrics, API, hooks), `state_dir/listen-url` holds the URL while it runs."""
+    import re
+    import signal
+    import urllib.request
+
+    from harness import wait_for
+
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"state_dir: {tmp_path / 'st'}\nsources: {{claude_code: {{paths: [{tmp_path}]}}}}\n")
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg),
+                                 "--web.listen-address", "127.0.0.1:0"], cwd=tmp_path, stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            url = wait_for(lambda: (tmp_path / "st" / "listen-url").exists()
+                           and (tmp_path / "st" / "listen-url").read_text().strip(), timeout=30, what="listen-url")
+            port = int(url.rsplit(":", 1)[1])
+            assert url == f"http://127.0.0.1:{port}" and port != 0
+            with urllib.request.urlopen(f"{url}/metrics", timeout=5) as r:
+                assert b"coding_agent_exporter_build_info" in r.read()
+            line = next(x for x in log.read_text().splitlines() if "serving" in x)
+            assert re.search(rf"serving http://127\.0\.0\.1:{port}: status page /, metrics /metrics, "
+                             r"API /api/v1/sessions and /api/v1/health, hooks /hooks/<agent>", line), line
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=20) == 0
+    assert not (tmp_path / "st" / "listen-url").exists()  # gone with the exporter: never a stale port

@@ -77,9 +77,12 @@ class Machine(Exporter):
     def __init__(self, root: Path, host: str, name: str, web: Path, config: dict | None = None):
         super().__init__(root, {"machine": name, **(config or {})}, extra_args=["--web.config.file", str(web)])
         self.host, self.name = host, name
-        self.listen = f"{host}:{self.port}"
-        self.base = f"http://{host}:{self.port}"
+        self.listen = f"{host}:0"  # the port it got: self.port (from state_dir/listen-url)
         self.ready_check = self._ready
+
+    @property
+    def base(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

@@ -140,17 +140,17 @@ def tls_exporter(tmp_path_factory):
     }))
     exp = Daemon(root, extra_args=["--web.config.file", str(web)], scheme="https")
     ctx = ssl.create_default_context(cafile=str(certs["ca.crt"]))
-    base = f"https://127.0.0.1:{exp.port}"
 
     def ready():
         if exp.proc.poll() is not None:
             raise AssertionError(f"exporter exited with {exp.proc.returncode}:\n{exp.log()}")
         try:
-            return _get(f"{base}/-/ready", ctx, ("alice", PASSWORD), timeout=2)[0] == 200
+            return _get(f"https://127.0.0.1:{exp.port}/-/ready", ctx, ("alice", PASSWORD), timeout=2)[0] == 200
         except OSError:
             return False
     exp.ready_check = ready
     exp.start()
+    base = f"https://127.0.0.1:{exp.port}"
     yield exp, base, ctx, certs
     exp.stop()
 
@@ -269,17 +269,17 @@ def test_client_certificates(tmp_path):
     with_cert = ssl.create_default_context(cafile=str(certs["ca.crt"]))
     with_cert.load_cert_chain(str(certs["client.crt"]), str(certs["client.key"]))
     without = ssl.create_default_context(cafile=str(certs["ca.crt"]))
-    base = f"https://127.0.0.1:{exp.port}"
 
     def ready():
         if exp.proc.poll() is not None:
             raise AssertionError(exp.log())
         try:
-            return _get(f"{base}/-/ready", with_cert, timeout=2)[0] == 200
+            return _get(f"https://127.0.0.1:{exp.port}/-/ready", with_cert, timeout=2)[0] == 200
         except OSError:
             return False
     exp.ready_check = ready
     exp.start()
+    base = f"https://127.0.0.1:{exp.port}"
     try:
         assert _get(f"{base}/metrics", with_cert)[0] == 200
         with pytest.raises((ssl.SSLError, OSError)):
@@ -318,10 +318,11 @@ def test_bad_web_config_stops_at_start_naming_the_key(tmp_path, web, needle):
 
 
 # -- default bind ------------------------------------------------------------------------
-def _listening(port: int) -> set[str]:
-    """Local addresses listening on ``port`` (IPv4 and IPv6)."""
+def _listening(port: int, pid: int | str = "self") -> set[str]:
+    """Local addresses listening on ``port`` (IPv4 and IPv6) in the network
+    namespace of process ``pid``."""
     out = set()
-    for name, fam in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
+    for name, fam in ((f"/proc/{pid}/net/tcp", 4), (f"/proc/{pid}/net/tcp6", 6)):
         try:
             lines = Path(name).read_text().splitlines()[1:]
         except OSError:
@@ -340,16 +341,29 @@ def _listening(port: int) -> set[str]:
 
 
 def test_default_listen_address_is_loopback(tmp_path):
+    """With no --web.listen-address it serves on 127.0.0.1:9877 only. In a
+    network namespace of its own (a loopback of its own): the port is free
+    there whatever this machine runs, an exporter of the user's on :9877 too."""
     assert DEFAULT_LISTEN.startswith("127.0.0.1:")
     assert build_parser().parse_args(["run"]).listen == DEFAULT_LISTEN
     port = int(DEFAULT_LISTEN.rsplit(":", 1)[1])
-    if _listening(port):
-        pytest.skip(f"port {port} is in use on this machine; the parser default is checked above")
-    exp = Daemon(tmp_path, listen="")  # no --web.listen-address at all
-    exp.port = port
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("unshare and ip (util-linux, iproute2; .ci/run installs them) are needed for a namespace")
+    probe = subprocess.run(["unshare", "-U", "-r", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"no user and network namespaces here: {probe.stderr.decode(errors='replace').strip()}")
+    exp = Daemon(tmp_path, listen="",  # no --web.listen-address at all
+                 prefix=["unshare", "-U", "-r", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"'])
+
+    def serving():
+        if exp.proc.poll() is not None:
+            raise AssertionError(f"exporter exited with {exp.proc.returncode}:\n{exp.log()}")
+        return _listening(port, exp.proc.pid)
+    exp.ready_check = serving
     try:
         exp.start()
-        assert _listening(port) == {"127.0.0.1"}
+        assert _listening(port, exp.proc.pid) == {"127.0.0.1"}
+        assert exp.port == port  # what it wrote to state_dir/listen-url
     finally:
         exp.stop()
 

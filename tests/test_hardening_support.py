@@ -217,7 +217,7 @@ def alerts_for(receiver: Receiver, sid: str, kind: str | None = None) -> list[di
         title = m.get("title", "")
         if kind == "completed" and "your turn" not in title:
             continue
-        if kind == "error" and "stopped on" not in title:
+        if kind == "error" and "stopped on" not in title and not title.endswith(": the agent exited mid-turn"):
             continue
         out.append(m)
     return out

@@ -345,3 +345,37 @@ def test_killed_at_once_after_ready_an_append_to_history_pages_once(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_a_stop_during_a_slow_start_up_walk_takes_effect_at_once(tmp_path, caplog):
+    """The forked start-up walk of a huge tree can take many seconds: a stop
+    meanwhile does not wait for it (the walk's process is killed), and says
+    that the start-up scan stopped."""
+    import logging
+
+    from coding_agent_exporter.config import load
+    from coding_agent_exporter.daemon import Daemon
+    from coding_agent_exporter.parallel import Forked
+
+    cfg_file = tmp_path / "config.yml"
+    cfg_file.write_text(json.dumps({
+        "sources": {"claude_code": {"paths": [str(tmp_path / "claude" / "projects")]},
+                    "codex": {"paths": [str(tmp_path / "codex" / "sessions")]}, "watch_events": False},
+        "state_dir": str(tmp_path / "state")}))
+    cfg = load(cfg_file)
+
+    def slow_walk():
+        time.sleep(60)
+        yield None
+
+    walk = Forked(slow_walk)
+    daemon = Daemon(cfg, early_split=walk)
+    with caplog.at_level(logging.INFO):
+        daemon.start()
+        time.sleep(0.3)  # the reader thread waits for the walk
+        t0 = time.monotonic()
+        daemon.stop()
+        took = time.monotonic() - t0
+    assert took < 1.0, f"stop took {took:.2f} s"
+    assert "start-up scan stopped" in caplog.text
+    assert walk._pid is None  # the walk's process is gone, reaped

@@ -32,7 +32,7 @@ def handlers(block: dict, event: str) -> list[dict]:
 
 
 def test_print_claude_http_hooks_cover_every_event_the_exporter_uses():
-    r = cli("print", "--agent", "claude_code", "--url", "http://127.0.0.1:9911/")
+    r = cli("print", "--agent", "claude_code", "--http", "--url", "http://127.0.0.1:9911/")
     assert r.returncode == 0, r.stderr
     block = json.loads(r.stdout)
     assert list(block) == ["hooks"]
@@ -97,7 +97,7 @@ def test_install_keeps_user_hooks_in_order_makes_a_backup_and_is_idempotent(tmp_
     original = json.dumps(USER_SETTINGS, indent=4)
     f.write_text(original)
 
-    r = cli("install", "--agent", "claude_code", "--file", str(f))
+    r = cli("install", "--agent", "claude_code", "--http", "--file", str(f))
     assert r.returncode == 0, r.stderr
     backups = list(tmp_path.glob("settings.json.bak-*"))
     assert len(backups) == 1 and backups[0].read_text() == original
@@ -115,7 +115,7 @@ def test_install_keeps_user_hooks_in_order_makes_a_backup_and_is_idempotent(tmp_
     assert len(ours) == len(CLAUDE_EVENTS)
 
     installed = f.read_bytes()
-    r2 = cli("install", "--agent", "claude_code", "--file", str(f))
+    r2 = cli("install", "--agent", "claude_code", "--http", "--file", str(f))
     assert r2.returncode == 0, r2.stderr
     assert "nothing changed" in r2.stdout
     assert f.read_bytes() == installed
@@ -125,9 +125,9 @@ def test_install_keeps_user_hooks_in_order_makes_a_backup_and_is_idempotent(tmp_
 def test_install_with_a_new_url_updates_its_own_handlers_in_place(tmp_path: Path):
     f = tmp_path / "settings.json"
     f.write_text(json.dumps(USER_SETTINGS))
-    assert cli("install", "--agent", "claude_code", "--file", str(f)).returncode == 0
+    assert cli("install", "--agent", "claude_code", "--http", "--file", str(f)).returncode == 0
     first = json.loads(f.read_text())
-    r = cli("install", "--agent", "claude_code", "--file", str(f), "--url", "http://10.0.0.5:9877")
+    r = cli("install", "--agent", "claude_code", "--http", "--file", str(f), "--url", "http://10.0.0.5:9877")
     assert r.returncode == 0, r.stderr
     second = json.loads(f.read_text())
     assert list(second["hooks"]) == list(first["hooks"])
@@ -225,20 +225,20 @@ def test_claude_http_hooks_carry_the_exporters_secret_and_command_hooks_do_not(t
     state = tmp_path / "state"
     cfg = tmp_path / "c.yml"
     cfg.write_text(yaml.safe_dump({"state_dir": str(state)}))
-    r = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    r = cli("print", "--agent", "claude_code", "--http", "--config.file", str(cfg))
     assert r.returncode == 0, r.stderr
     secret = (state / "hook-secret").read_text().strip()
     assert (state / "hook-secret").stat().st_mode & 0o777 == 0o600 and len(secret) == 64
     for event in CLAUDE_EVENTS:
         (h,) = handlers(json.loads(r.stdout), event)
         assert h["headers"] == {"X-Coding-Agent-Hook-Token": secret}
-    again = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    again = cli("print", "--agent", "claude_code", "--http", "--config.file", str(cfg))
     assert again.stdout == r.stdout  # the same secret: made once
-    for args in (["--agent", "claude_code", "--command"], ["--agent", "codex"]):
+    for args in (["--agent", "claude_code"], ["--agent", "claude_code", "--command"], ["--agent", "codex"]):
         r = cli("print", *args, "--config.file", str(cfg))
         assert r.returncode == 0 and secret not in r.stdout, args
     cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "other"), "hooks": {"auth": False}}))
-    r = cli("print", "--agent", "claude_code", "--config.file", str(cfg))
+    r = cli("print", "--agent", "claude_code", "--http", "--config.file", str(cfg))
     assert "headers" not in r.stdout and not (tmp_path / "other").exists()
 
 
@@ -252,7 +252,7 @@ def test_a_settings_file_given_the_secret_is_made_private(tmp_path: Path):
     settings.parent.mkdir()
     settings.write_text('{"model": "opus"}\n')
     settings.chmod(0o644)
-    r = cli("install", "--agent", "claude_code", "--file", str(settings), "--config.file", str(cfg))
+    r = cli("install", "--agent", "claude_code", "--http", "--file", str(settings), "--config.file", str(cfg))
     assert r.returncode == 0, r.stderr
     assert "X-Coding-Agent-Hook-Token" in settings.read_text() and "mode 0600" in r.stdout
     assert settings.stat().st_mode & 0o777 == 0o600
@@ -262,7 +262,7 @@ def test_a_settings_file_given_the_secret_is_made_private(tmp_path: Path):
     assert cli("install", "--agent", "codex", "--file", str(hooks), "--config.file", str(cfg)).returncode == 0
     assert hooks.stat().st_mode & 0o777 == 0o644  # command hooks: no secret in the file
     (tmp_path / "state" / "hook-secret").unlink()  # a new secret: the old one stays in the backup only
-    r = cli("install", "--agent", "claude_code", "--file", str(settings), "--config.file", str(cfg))
+    r = cli("install", "--agent", "claude_code", "--http", "--file", str(settings), "--config.file", str(cfg))
     backups = sorted(settings.parent.glob("settings.json.bak-*"))
     assert r.returncode == 0 and backups and all(b.stat().st_mode & 0o777 == 0o600 for b in backups)
 
@@ -292,5 +292,48 @@ def test_install_says_what_the_command_hooks_run_and_about_codex_hooks(tmp_path:
     exe = cmd.split(" hook --agent")[0]
     assert f"The hooks run {exe}" in r.stdout or f"The hooks run {exe.split(' -m ')[0]}" in r.stdout, r.stdout
     assert "run `hooks install` again" in r.stdout and "codex_hooks = true" in r.stdout
-    r = cli("install", "--agent", "claude_code", "--file", str(tmp_path / "settings.json"))
+    r = cli("install", "--agent", "claude_code", "--http", "--file", str(tmp_path / "settings.json"))
     assert r.returncode == 0 and "The hooks run" not in r.stdout and "Restart Claude Code" in r.stdout
+    r = cli("install", "--agent", "claude_code", "--file", str(tmp_path / "settings.json"))  # command hooks
+    assert r.returncode == 0 and "The hooks run" in r.stdout and "run `hooks install` again" in r.stdout
+
+
+def test_an_agent_without_hooks_is_said_so():
+    """`hooks install --agent pi`: Pi has no hooks (not argparse's "invalid choice")."""
+    for verb in ("print", "install"):
+        r = cli(verb, "--agent", "pi")
+        assert r.returncode == 2
+        assert "Pi has no hooks to install" in r.stderr and "invalid choice" not in r.stderr, r.stderr
+    r = cli("print", "--agent", "vim")
+    assert r.returncode == 2 and "not an agent with hooks (one of: claude_code, codex, copilot_cli)" in r.stderr
+
+
+def test_claude_hooks_keep_the_secret_out_of_the_settings_file_and_old_installs_move_over(tmp_path: Path):
+    """A settings.json in a dotfiles repository: `hooks install` writes command hooks, which read the
+    hook secret from the state folder when they run, so neither the file nor its backup holds it. An
+    earlier install's HTTP hooks (secret in their headers) still work (the exporter takes that header)
+    and are turned into command hooks in place by installing again; the backup has the secret removed."""
+    state = tmp_path / "state"
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(state)}))
+    dotfiles = tmp_path / "dotfiles" / "claude-settings.json"
+    dotfiles.parent.mkdir()
+    dotfiles.write_text('{"model": "opus"}\n')
+    link = tmp_path / ".claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(dotfiles)
+    old = cli("install", "--agent", "claude_code", "--http", "--file", str(link), "--config.file", str(cfg))
+    assert old.returncode == 0, old.stderr
+    secret = (state / "hook-secret").read_text().strip()
+    assert secret in dotfiles.read_text()  # the old way: the secret in the dotfiles repository
+    r = cli("install", "--agent", "claude_code", "--file", str(link), "--config.file", str(cfg))
+    assert r.returncode == 0, r.stderr
+    assert "no longer in it, nor in the backup" in r.stdout
+    for f in dotfiles.parent.iterdir():
+        assert secret not in f.read_text(), f
+    new = json.loads(dotfiles.read_text())
+    for event in CLAUDE_EVENTS:
+        (h,) = handlers(new, event)
+        assert h["type"] == "command" and f" hook --agent claude_code --url http://127.0.0.1:9877 --config.file {cfg}" \
+            in h["command"]
+    assert new["model"] == "opus"

@@ -414,7 +414,7 @@ def test_killed_mid_turn_is_agent_exited_one_page(env, tmp_path):
     row = api_row(exp, sid)
     assert (row["error_kind"], row["source"]) == ("agent_exited", "registry")
     wait_for(lambda: len(alerts_for(receiver, sid, "error")) == 1, what="the agent_exited page")
-    assert "agent exited" in alerts_for(receiver, sid)[0]["title"]
+    assert alerts_for(receiver, sid)[0]["title"].endswith(": the agent exited mid-turn")  # not "stopped on agent exited"
     time.sleep(1.5)
     assert len(alerts_for(receiver, sid)) == 1 and exp.state(sid) == "error"
     assert exp.value("coding_agent_turn_errors_total", kind="agent_exited") == 1

@@ -659,7 +659,6 @@ def stack(tmp_path_factory):
         _place_claude(claude, "v2.1.38_short_interrupted.jsonl")
         _place_codex(codex, "synthesized_v0.123_complete_interrupted_error.jsonl")
 
-        eport = _free_port()
         cfg = {
             "sources": {
                 "claude_code": {"paths": [str(claude)]},
@@ -681,9 +680,13 @@ def stack(tmp_path_factory):
         cfg_path = tmp / "exporter.yml"
         cfg_path.write_text(yaml.safe_dump(cfg), encoding="utf-8")
         exporter = Proc([sys.executable, "-m", "coding_agent_exporter", "run", "--config.file", str(cfg_path),
-                          "--web.listen-address", f"127.0.0.1:{eport}", "--web.telemetry-path", "/metrics",
+                          "--web.listen-address", "127.0.0.1:0", "--web.telemetry-path", "/metrics",
                           "--log.level", "info"], tmp / "exporter.log", REPO)
         procs.append(exporter)
+        listen_url = tmp / "state" / "listen-url"  # the port it got
+        _wait("exporter listen-url", lambda: listen_url.exists() and listen_url.read_text().strip(), 30,
+              [(exporter.p, exporter.log)])
+        eport = int(listen_url.read_text().strip().rsplit(":", 1)[1])
         metrics_url = f"http://127.0.0.1:{eport}/metrics"
         _wait("exporter /metrics", lambda: b"coding_agent_sessions" in _get(metrics_url), 30,
               [(exporter.p, exporter.log)])

@@ -284,7 +284,9 @@ def test_page_in_headless_chromium(tmp_path):
             for sid, (state, reason) in want.items():
                 if sid != old.sid:
                     assert shown[sid]["state"].startswith(state) and reason in shown[sid]["state"], shown[sid]
-            assert "webshop" in shown[web.sid]["text"] and web.sid[-8:] in shown[web.sid]["text"]
+            # the head of a Claude Code id, as `claude --resume` lists it; the tail of a Codex UUIDv7
+            assert "webshop" in shown[web.sid]["text"] and f"{web.sid[:8]}…" in shown[web.sid]["text"]
+            assert f"…{infra.sid[-8:]}" in shown[infra.sid]["text"]
             assert wait_for(lambda: page.js("document.title") == "(2) coding agents", what="title (2)")
             summary = page.js("Object.fromEntries([...document.querySelectorAll('#summary button')]"
                               ".map(b => [b.dataset.state, +b.querySelector('b').innerText]))")

@@ -64,7 +64,50 @@ def main(argv: list[str]) -> int:
                    timeout=1800)
     (target / "versions.json").write_text(json.dumps({"line": line, "agents": agents}, indent=1) + "\n")
     print(json.dumps({"line": line, "dir": str(target), "installed": specs}))
+    for note in engine_notes(target, agents, node_version()):
+        print(note, file=sys.stderr)
     return 0
+
+
+def node_version() -> str | None:
+    """``node --version`` (``v20.20.2``), or None without Node."""
+    try:
+        return subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=30).stdout.strip() or None
+    except OSError:
+        return None
+
+
+def _major(spec: str) -> int | None:
+    """The lowest major version a ``>=N`` range allows (``">=22"``, ``">= 22.0.0"``), else None."""
+    spec = spec.strip()
+    if not spec.startswith(">="):
+        return None
+    head = spec[2:].strip().lstrip("v").split(".")[0]
+    return int(head) if head.isdigit() else None
+
+
+def engine_notes(target: Path, agents: dict, node: str | None) -> list[str]:
+    """What to tell the user about each installed package whose ``engines.node`` (its
+    package.json) wants a newer Node than ``node``: npm warns (EBADENGINE) but installs the exact
+    version named. What the real-agent suite needs is npm to fetch the packages, and the agents'
+    own binaries: Claude Code 2.1.2xx+ ships a native binary, which runs on any Node
+    (shared/live-agents/README.md; the suite was recorded on Node 20)."""
+    have = _major(">=" + node) if node else None
+    out = []
+    for spec in agents.values():
+        try:
+            engines = json.loads((target / "node_modules" / spec["package"] / "package.json").read_text()).get("engines")
+        except (OSError, ValueError):
+            continue
+        want = _major(str((engines or {}).get("node", "")))
+        if want is None or (have is not None and have >= want):
+            continue
+        out.append(f"note: {spec['package']} {spec['version']} declares engines.node >={want} and this machine has "
+                   f"Node {node or '(none)'}: npm's EBADENGINE warning is expected. The real-agent suite needs npm to "
+                   f"fetch the exact version (done) and runs its `{spec['bin']}`"
+                   + (" (a native binary: any Node will do)" if spec["package"] == "@anthropic-ai/claude-code" else
+                      f"; should it fail to start, install Node {want} or newer"))
+    return out
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ It refuses to run unless ``/proc/self/net/dev`` lists only ``lo``. Then, all ins
 the namespace: ``lo`` up; the model stand-in (``model.py``) on 127.0.0.1:8765; a
 fresh HOME and work dir under OUTDIR; a loopback Apprise receiver and the real
 exporter (``tests/harness.py`` ``Exporter``) with its roots on that HOME; hooks
-pointed at the exporter (Claude Code: ``hooks install`` HTTP hooks into
+pointed at the exporter (Claude Code: ``hooks install --http`` HTTP hooks, or its default command hooks, into
 ``$HOME/.claude/settings.json``; Codex: ``hooks install`` of the ``hook`` command
 into ``$CODEX_HOME/hooks.json``); the agent from BINDIR under ``env -i`` with fake
 keys only and its telemetry, error-report and update switches off (interactive
@@ -82,7 +82,7 @@ def page_kind(title: str) -> str:
     """The kind of a page from its title (see ``alerts.Alerter._message``)."""
     if title.endswith(": your turn"):
         return "completed"
-    if ": stopped on " in title:
+    if ": stopped on " in title or title.endswith(": the agent exited mid-turn"):
         return "error"
     if title.endswith(": stalled"):
         return "stalled"
@@ -186,7 +186,7 @@ trust_level = "trusted"
             agent_file.parent.mkdir(parents=True, exist_ok=True)
             r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent",
                                 self.scn.agent, "--url", url, "--config.file", str(self.exporter.config_path),
-                                "--file", str(agent_file), *(["--command"] if self.scn.hook_type == "command" else [])],
+                                "--file", str(agent_file), *(["--http"] if claude and self.scn.hook_type == "http" else [])],
                                capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")

@@ -49,7 +49,7 @@ class Scenario:
     #: regexes the page titles match, in order (when given)
     titles: list = field(default_factory=list)
     hooks: bool = True
-    #: Claude Code hooks as ``http`` (the default ``hooks install``) or ``command`` (``--command``)
+    #: Claude Code hooks as ``http`` (``hooks install --http``) or ``command`` (the default ``hooks install``)
     hook_type: str = "http"
     slow: bool = False
     needs: str | None = None
@@ -188,7 +188,7 @@ def _all() -> list[Scenario]:
         Scenario("claude_killed", C, "tui", needs="registry",
                  what="the agent process killed mid-turn: never a false done (agent_exited)", steps=[
             ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 40), ("kill",), ("exited", 10),
-            ("expect", "error", ["error"], 10)], pages=["error"], titles=[r"stopped on agent exited$"]),
+            ("expect", "error", ["error"], 10)], pages=["error"], titles=[r": the agent exited mid-turn$"]),
         Scenario("claude_print_429_recovers", C, "print", prompt="Answer after a rate limit. SCN_ERR429",
                  model_env={"FAKE_FAIL_N": 2}, what="-p: a 429 that recovers", steps=[
             ("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
