@@ -468,7 +468,10 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     try:
         server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,
                                                      cfg.web.request_timeout_seconds,
-                                                     cfg.web.keep_alive_timeout_seconds))
+                                                     cfg.web.keep_alive_timeout_seconds,
+                                                     cfg.web.body_timeout_seconds,
+                                                     max(cfg.hooks.max_body_bytes, cfg.alertmanager.max_body_bytes)),
+                       refused=metrics.http_refused)
     except OSError as e:
         hint = ""
         if e.errno == errno.EADDRINUSE:

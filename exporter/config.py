@@ -174,6 +174,10 @@ class Web:
     header_timeout_seconds: float = 10.0
     #: Seconds from the head to the end of the response (the body included).
     request_timeout_seconds: float = 30.0
+    #: Seconds from the head to the end of the request body (the whole body,
+    #: not per read; at most three quarters of ``request_timeout_seconds``);
+    #: a body not in by then gets 408.
+    body_timeout_seconds: float = 10.0
     #: Seconds a connection may stay idle between requests.
     keep_alive_timeout_seconds: float = 5.0
 
@@ -333,7 +337,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
         errors.append(f"{source}: sources.max_line_bytes: must be at least 1024")
     if cfg.web.max_connections < 1:
         errors.append(f"{source}: web.max_connections: must be at least 1")
-    for key in ("header_timeout_seconds", "request_timeout_seconds"):
+    for key in ("header_timeout_seconds", "request_timeout_seconds", "body_timeout_seconds"):
         if getattr(cfg.web, key) <= 0:
             errors.append(f"{source}: web.{key}: must be greater than 0")
     if cfg.reducer.evaluation_interval_seconds <= 0:

@@ -27,7 +27,9 @@ HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent"
                       "unreadable_spool", "expired", "unauthorized", "not_json_content_type")
 #: Why a request was refused before any route saw it (``host``: a ``Host``
 #: not allowed, DNS rebinding; ``origin``: a browser's cross-origin request).
-HTTP_REFUSED_REASONS = ("host", "origin")
+#: ``body_timeout``: a body not complete within ``web.body_timeout_seconds``
+#: (408); ``body_budget``: too many body bytes held at once (503).
+HTTP_REFUSED_REASONS = ("host", "origin", "body_timeout", "body_budget")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn",) + WAIT_REASONS
 #: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
@@ -78,7 +80,8 @@ class Metrics:
                                            "Notifications not sent: the session had alerts.max_pages_per_session "
                                            "pages within alerts.page_rate_window_seconds.", ["kind"], registry=r)
         self.http_refused = Counter("coding_agent_http_requests_refused",
-                                    "HTTP requests refused before routing, by reason (host, origin).",
+                                    "HTTP requests refused before routing, by reason (host, origin, body_timeout, "
+                                    "body_budget).",
                                     ["reason"], registry=r)
         for reason in HTTP_REFUSED_REASONS:
             self.http_refused.labels(reason)

@@ -429,11 +429,17 @@ class Limits:
     ``keep_alive_timeout`` seconds idle between requests."""
 
     def __init__(self, max_connections: int = 500, header_timeout: float = 10.0, request_timeout: float = 30.0,
-                 keep_alive_timeout: float = 5.0):
+                 keep_alive_timeout: float = 5.0, body_timeout: float = 10.0, max_body_bytes: int = 4 << 20):
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.request_timeout = request_timeout
         self.keep_alive_timeout = keep_alive_timeout
+        #: Seconds from the head to the end of its body (at most three
+        #: quarters of ``request_timeout``, so the 408 goes out first).
+        self.body_timeout = min(body_timeout, request_timeout * 0.75)
+        #: Body bytes kept for a route (the largest route limit); more is
+        #: read and dropped, and the route answers 413 from the length.
+        self.max_body_bytes = max_body_bytes
 
 
 #: Listen backlog: connections the kernel queues before ``accept`` (a burst
@@ -445,6 +451,85 @@ APP_THREADS = 8
 #: this, so the backlog is set again after start): few, so that a flood can
 #: never take the descriptors kept for files before the cap closes some.
 ACCEPT_BATCH = 8
+
+
+#: Body bytes held at once by requests still receiving theirs (all
+#: connections together); past it a request gets 503 and is closed.
+BODY_BUDGET_BYTES = 64 << 20
+
+
+def whole_bodies(app, limits: Limits, refused=None):
+    """ASGI middleware: the request body is read whole in the event loop,
+    under one deadline for the body (``limits.body_timeout`` seconds, not per
+    read), before the WSGI app gets a thread. A body not complete within it
+    gets ``408 Request Timeout`` and the connection is closed (counted as
+    ``body_timeout`` on ``refused``, a ``Counter`` by reason): a client
+    trickling a byte a second holds a descriptor, never one of the
+    ``APP_THREADS``. Up to ``limits.max_body_bytes + 1`` bytes are kept (the
+    route refuses larger ones with 413); the rest is read and dropped, up to
+    ``_DRAIN_MAX_BYTES`` (so the sender sees the 413; a larger declared
+    length is not read at all). All requests together keep at most
+    ``BODY_BUDGET_BYTES`` (then 503). uvicorn has no body deadline of its
+    own; its ``receive`` is awaited here under ``asyncio.timeout``."""
+    import asyncio
+
+    held = [0]
+    keep = limits.max_body_bytes + 1
+
+    async def refuse(send, status: int, reason: str, text: bytes):
+        if refused is not None:
+            refused.labels(reason).inc()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": text})
+
+    async def middleware(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > _DRAIN_MAX_BYTES:
+            return await app(scope, _replay(b"", receive), send)  # 413 from the length, nothing read
+        parts, kept, read, more = [], 0, 0, True
+        try:
+            async with asyncio.timeout(limits.body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    more = message.get("more_body", False)
+                    read += len(chunk)
+                    if kept < keep and chunk:
+                        chunk = chunk[:keep - kept]
+                        if held[0] + len(chunk) > BODY_BUDGET_BYTES:
+                            return await refuse(send, 503, "body_budget", b"busy: too many bodies at once\n")
+                        parts.append(chunk)
+                        kept += len(chunk)
+                        held[0] += len(chunk)
+                    if read > _DRAIN_MAX_BYTES:
+                        break
+        except TimeoutError:
+            return await refuse(send, 408, "body_timeout", b"request body not complete in time\n")
+        finally:
+            held[0] -= kept
+        await app(scope, _replay(b"".join(parts), receive), send)
+
+    return middleware
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that gives ``body`` as the whole request body,
+    then passes on to the server's (a disconnect)."""
+    given = [False]
+
+    async def replay():
+        if not given[0]:
+            given[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 class _QuietUvicorn(logging.Filter):
@@ -567,7 +652,7 @@ def parse_listen_address(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Server:
+def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refused=None) -> Server:
     """Start serving the WSGI ``app`` in a daemon thread; returns the
     :class:`Server`. Raises ``OSError`` when the address is taken.
 
@@ -577,7 +662,9 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Se
     byte a second: a thread pool's GET timed out after 20 s, uvicorn's took
     2 ms). Chunked request bodies, keep-alive and the TLS handshake (in the
     event loop: a silent client blocks nobody) come with it; the TLS context
-    is ours (:func:`load_web_config`: client certificates, versions)."""
+    is ours (:func:`load_web_config`: client certificates, versions).
+    Bodies are read whole in the event loop before a thread runs the app
+    (:func:`whole_bodies`); ``refused`` counts its refusals."""
     import socket
 
     import uvicorn
@@ -596,7 +683,7 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Se
         raise
     sock.setblocking(False)
     cap = connection_cap(limits.max_connections)
-    config = uvicorn.Config(WSGIMiddleware(app, workers=APP_THREADS), http=_protocol_class(limits, cap),
+    config = uvicorn.Config(whole_bodies(WSGIMiddleware(app, workers=APP_THREADS), limits, refused), http=_protocol_class(limits, cap),
                             lifespan="off", log_config=None, access_log=False, backlog=ACCEPT_BATCH,
                             timeout_keep_alive=limits.keep_alive_timeout or 0.001, server_header=False, date_header=False, interface="asgi3", ws="none",
                             h11_max_incomplete_event_size=64 * 1024, timeout_graceful_shutdown=2)

@@ -1,0 +1,109 @@
+"""Hardening of the routes added since issue 22 (issue 31): slow bodies
+cannot hold the threads that answer scrapes and hooks; a hook's 2xx means
+the delivery is on disk; the Alertmanager receiver takes a credential and
+bounded notifications.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from harness import claude_path
+from test_hardening_support import ClaudeSession, Daemon, Receiver, write
+
+
+class Tricklers:
+    """``n`` connections that each send a whole POST head to ``path`` (with
+    ``headers``) promising a 1,000-byte body, then one byte of it a second."""
+
+    def __init__(self, port: int, n: int, path: str, headers: dict):
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{head}"
+                     "Content-Length: 1000\r\n\r\n").encode()
+        self.port, self.n = port, n
+        self.stop = threading.Event()
+        self.replies: list[bytes] = []
+        self.threads = [threading.Thread(target=self._one, daemon=True) for _ in range(n)]
+
+    def _one(self):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+            s.sendall(self.head)
+            s.setblocking(False)
+            got = b""
+            while not self.stop.is_set():
+                try:  # read first: a byte sent after the exporter closed would reset the reply away
+                    chunk = s.recv(4096)
+                    got += chunk
+                    if not chunk or got.endswith(b"\n"):
+                        break
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    break
+                try:
+                    s.send(b" ")
+                except OSError:
+                    break
+                self.stop.wait(1.0)
+            self.replies.append(got)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+def _timed(req: urllib.request.Request | str) -> tuple[int, float]:
+    t = time.monotonic()
+    with urllib.request.urlopen(req, timeout=20) as r:
+        r.read()
+        return r.status, time.monotonic() - t
+
+
+def test_slow_bodies_hold_no_thread(tmp_path):
+    """16 connections trickling a hook body a byte a second (twice the
+    exporter's 8 application threads): /metrics answers within 1 s and a
+    hook within 2 s all along; each slow body gets 408 once its deadline
+    (three quarters of web.request_timeout_seconds: 6 s) has passed, and
+    is counted."""
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver, config={"web": {"request_timeout_seconds": 8.0}}).start()
+    try:
+        s = ClaudeSession("e3100000-0000-4000-8000-000000000031")
+        path = claude_path(tmp_path, s.sid)
+        write(path, s.prompt() + s.tool_use())
+        exp.wait_state(s.sid, "working")
+        body = json.dumps({"session_id": s.sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                           "hook_event_name": "PermissionRequest", "tool_name": "Bash"}).encode()
+        hook = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code", data=body,
+                                      headers=exp.hook_headers())
+        with Tricklers(exp.port, 16, "/hooks/claude_code", exp.hook_headers()) as slow:
+            time.sleep(1.5)
+            scrapes, hooks = [], []
+            for _ in range(4):
+                scrapes.append(_timed(f"http://127.0.0.1:{exp.port}/metrics"))
+                hooks.append(_timed(hook))
+                time.sleep(0.5)
+            exp.wait_state(s.sid, "waiting")
+            for t in slow.threads:
+                t.join(timeout=15)
+        print(f"slow bodies: /metrics max {max(t for _, t in scrapes):.3f} s, hook max {max(t for _, t in hooks):.3f} s")
+        assert all(code == 200 for code, _ in scrapes + hooks)
+        assert max(t for _, t in scrapes) < 1.0, scrapes
+        assert max(t for _, t in hooks) < 2.0, hooks
+        assert len(slow.replies) == 16 and all(r.startswith(b"HTTP/1.1 408") for r in slow.replies), sorted({r[:13] for r in slow.replies})
+        assert exp.value("coding_agent_http_requests_refused_total", reason="body_timeout") == 16
+    finally:
+        exp.stop()
+        receiver.close()
+    assert "Traceback" not in exp.log(), exp.log()[-3000:]
