@@ -169,22 +169,24 @@ class Checkpoint:
         return At(offset)
 
     def save(self, offsets: dict, open_: list[str], hooks: list, history=None, force: bool = False,
-             version=None) -> None:
+             version=None) -> bool:
         """Write the checkpoint atomically (the history index first, when
         ``history`` is given and its ``version`` changed: the checkpoint says
         it is there). Skipped when ``(offsets, open_, history version,
         version)`` equal the last save's (unless ``force``). ``version``: the
         caller's own change count of ``hooks``. A write that fails is logged,
-        never raised."""
+        never raised. True when the checkpoint on disk is current."""
         hv = history.version if history is not None else None
         key = (offsets, open_, hv, version)
         if key == self._saved and not force:
-            return
+            return True
         try:
             if history is not None and (force or self._saved is None or hv != self._saved[2]):
                 history.save(self.history_path)
             save_json(self.path, {"version": VERSION, "files": offsets, "open": open_,
                                   "history": HISTORY_FILE, "hooks": hooks})
             self._saved = key
+            return True
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.path, e.strerror or e)
+            return False

@@ -193,12 +193,20 @@ class HookInbox:
         self.metrics = metrics
         self._wake = wake or (lambda: None)
         self._items: collections.deque[HookDelivery] = collections.deque()
+        self._seqs: collections.deque[int] = collections.deque()  # each item's journal line (0: none)
         self._lock = threading.Lock()
+        #: The :class:`.hookjournal.HookJournal` a delivery is written to
+        #: before it is queued (None: not journaled).
+        self.journal = None
+        #: Journal lines of the deliveries last taken (:meth:`take`).
+        self.taken: list[int] = []
         self._spool_refused: str | None = None  # why the spool was last refused (logged once)
 
     def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
-        """Take one body; returns None when queued, else the error reason
-        (counted on ``coding_agent_hook_errors_total``)."""
+        """Take one body; returns None when queued (and, with a
+        :attr:`journal`, on disk), else the error reason (counted on
+        ``coding_agent_hook_errors_total``; ``unsaved``: the journal could
+        not be written)."""
         from .metrics import HOOK_EVENTS  # here: the hook command never loads prometheus-client
 
         now = time.time()
@@ -214,7 +222,15 @@ class HookInbox:
             if len(self._items) >= INBOX_MAX:
                 self.metrics.hook_errors.labels("too_large").inc()
                 return "too_large"
+        seq = 0
+        if self.journal is not None and d.event is not None:  # on disk before the 2xx (hookjournal.py)
+            seq = self.journal.write(to_record(d))
+            if not seq:
+                self.metrics.hook_errors.labels("unsaved").inc()
+                return "unsaved"
+        with self._lock:
             self._items.append(d)
+            self._seqs.append(seq)
         self._wake()
         return None
 
@@ -223,6 +239,8 @@ class HookInbox:
         with self._lock:
             items = list(self._items)
             self._items.clear()
+            self.taken = [q for q in self._seqs if q]
+            self._seqs.clear()
         return items
 
     def take_spool(self, state_dir: Path, max_age: float, max_body_bytes: int = 4 << 20) -> int:

@@ -24,7 +24,7 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
                "SessionEnd", "Interrupt", "other")
 #: Why a hook delivery was refused or skipped.
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
-                      "unreadable_spool", "expired", "unauthorized", "not_json_content_type")
+                      "unreadable_spool", "expired", "unauthorized", "not_json_content_type", "unsaved")
 #: Why a request was refused before any route saw it (``host``: a ``Host``
 #: not allowed, DNS rebinding; ``origin``: a browser's cross-origin request).
 #: ``body_timeout``: a body not complete within ``web.body_timeout_seconds``

@@ -210,8 +210,9 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: f
     exactly as the agent sends it, with ``Content-Type: application/json``
     and, when ``secret`` is set, the secret in the ``X-Coding-Agent-Hook-Token``
     header (:data:`.hooks.TOKEN_HEADER`). Replies at once (the reader thread
-    applies it): 200 with an empty body when taken (Claude Code reads an
-    empty 2xx reply as success with no decision), 400 for a body that is not
+    applies it): 200 with an empty body when taken, only once it is on
+    disk (:mod:`.hookjournal`; Claude Code reads an empty 2xx reply as
+    success with no decision), 503 when it cannot be saved, 400 for a body that is not
     a hook event, 401 without the secret, 404 for an unknown agent, 405 for
     another method, 413 past ``max_body_bytes`` (not read), 415 for another
     content type (a browser's ``no-cors`` request can only send
@@ -282,6 +283,8 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: f
             return reply(start_response, "200 OK")
         if error == "too_large":
             return reply(start_response, "429 Too Many Requests", b"busy\n")
+        if error == "unsaved":
+            return reply(start_response, "503 Service Unavailable", b"cannot save the hook event\n")
         return reply(start_response, "400 Bad Request", f"not a hook event: {error}\n".encode())
 
     return app

@@ -107,3 +107,41 @@ def test_slow_bodies_hold_no_thread(tmp_path):
         exp.stop()
         receiver.close()
     assert "Traceback" not in exp.log(), exp.log()[-3000:]
+
+
+def test_a_hook_answered_2xx_outlives_a_kill(tmp_path):
+    """Ten sessions working; a permission prompt told only by a hook for
+    each, all at once; kill -9 the moment the last 200 is in. After the
+    restart every one of the ten is waiting: a 2xx means the delivery is
+    on disk (state_dir/hook-journal.jsonl), and it pages."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver, config={"alerts": {"settle_seconds": 0.0}}).start()
+    sessions = [ClaudeSession(f"e3100000-0000-4000-8000-0000000002{n:02d}") for n in range(10)]
+    try:
+        for s in sessions:
+            write(claude_path(tmp_path, s.sid), s.prompt() + s.tool_use())
+        for s in sessions:
+            exp.wait_state(s.sid, "working")
+        headers = exp.hook_headers()
+
+        def hook(s):
+            body = json.dumps({"session_id": s.sid, "transcript_path": str(claude_path(tmp_path, s.sid)),
+                               "cwd": "/home/dev/proj", "hook_event_name": "PermissionRequest",
+                               "tool_name": "Bash", "tool_input": {"command": "ls"}}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/claude_code", data=body,
+                                         headers=headers)
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status
+
+        with ThreadPoolExecutor(10) as pool:
+            codes = list(pool.map(hook, sessions))
+        exp.kill9()
+        assert codes == [200] * 10
+        exp.start()
+        waiting = [s.sid for s in sessions if exp.state(s.sid) == "waiting"]
+        assert len(waiting) == 10, f"{len(waiting)} of 10 waiting after the kill"
+    finally:
+        exp.stop()
+        receiver.close()
