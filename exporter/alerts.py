@@ -46,6 +46,11 @@ log = logging.getLogger(__name__)
 LEDGER_FILE = "alerts-ledger.json"
 LEDGER_KEEP_SECONDS = 30 * 86400
 LEDGER_MAX_ENTRIES = 50_000
+#: Entries of Alertmanager pages (keys ``alertmanager:…``) kept, apart from
+#: the turn ends' ``LEDGER_MAX_ENTRIES``: a flood of alerts cannot push out
+#: a turn end still owed.
+AM_LEDGER_MAX_ENTRIES = 20_000
+AM_KEY_PREFIX = "alertmanager:"
 
 
 #: What a page says the agent waits for, by wait reason.
@@ -267,7 +272,9 @@ class Alerter:
         with self._lock:
             items = sorted(self.pager.ledger.items(), key=lambda kv: kv[1].get("at", 0))
             items = [(k, v) for k, v in items if now - v.get("at", now) < LEDGER_KEEP_SECONDS]
-            self.pager.ledger = dict(items[-LEDGER_MAX_ENTRIES:])
+            am = [kv for kv in items if kv[0].startswith(AM_KEY_PREFIX)][-AM_LEDGER_MAX_ENTRIES:]
+            turns = [kv for kv in items if not kv[0].startswith(AM_KEY_PREFIX)][-LEDGER_MAX_ENTRIES:]
+            self.pager.ledger = dict(sorted(am + turns, key=lambda kv: kv[1].get("at", 0)))
             data = {"version": 1, "alerts": dict(self.pager.ledger)}
         try:
             save_json(self.ledger_path, data)
@@ -279,46 +286,71 @@ class Alerter:
     # -- pages made elsewhere (Alertmanager) ---------------------------------
     def page(self, key: str, kind: str, title: str, body: str, tags: frozenset = frozenset(),
              notify: str = "warning") -> bool:
-        """Deliver one page made outside the transcripts (an Alertmanager
-        alert) through the configured targets, once per ledger ``key``.
+        """One page of :meth:`page_many` (the same rules); True when new."""
+        return self.page_many([(key, kind, title, body, tags, notify, None)])["new"] == 1
 
-        ``tags`` are Apprise tags: a target gets the page when it has no tag,
-        the tag ``always``, or one of ``tags``. ``notify`` is an Apprise
-        NotifyType value (``info``, ``success``, ``warning``, ``failure``).
-        Returns True when the page is new: then it is in the ledger on disk
-        (status ``pending``, with its text) before this returns, and is
-        delivered with the usual retries, also after a restart
-        (:meth:`start`). Returns False for a key the ledger has already
-        (counted on ``coding_agent_alerts_deduplicated_total{kind}``), or
-        when no target takes any of ``tags``. Raises ``OSError`` when the
-        ledger cannot be written (nothing is kept or sent then), so that the
-        caller can ask for the notification again. A key whose delivery
-        failed ``alerts.retry.attempts`` times is taken again."""
+    def page_many(self, pages) -> dict[str, int]:
+        """Pages made outside the transcripts, one notification's at once:
+        ``pages`` is a list of ``(key, kind, title, body, tags, notify,
+        rate_key)`` (see :meth:`page`; ``rate_key``: what
+        ``alerts.max_pages_per_session`` counts them under, None: not
+        limited). The ledger is written once for all of them. A page over
+        the rate is kept in the ledger as ``rate_limited`` (its re-sends do
+        not page either) and counted on ``coding_agent_alerts_rate_limited_total``.
+        Returns ``{"new", "duplicate", "untaken", "rate_limited"}`` counts;
+        raises ``OSError`` (nothing kept) when the ledger cannot be written."""
+        counts = {"new": 0, "duplicate": 0, "untaken": 0, "rate_limited": 0}
+        queued = []
+        now = time.time()
         with self._save_lock:  # check, add and write as one: two senders of one key page once
             with self._lock:
                 ledger = self.pager.ledger
-                if key in ledger and ledger[key].get("status") != "failed":
-                    self.metrics.alerts_dedup.labels(kind).inc()
-                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key,
-                                                                 "reason": "already in the ledger"}})
-                    return False
-                remaining = self._takers(tags)
-                if not remaining:
-                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key, "reason":
-                                                                 f"no target takes the tags {sorted(tags)}"}})
-                    return False
-                ledger[key] = {"status": "pending", "at": time.time(),
-                               "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
-                                        "notify": notify}}
-            try:
-                self._save(strict=True, locked=True)
-            except OSError:
-                with self._lock:
-                    self.pager.ledger.pop(key, None)
-                raise
-        # Not in the pager's pending (the reader thread's): delivery and its retries only.
-        self._work.put(Pending(key, kind, None, key, kind, first_seen=time.time(), due=0.0,
-                               remaining=remaining, title=title, body=body, notify=notify))
+                added = []
+                for key, kind, title, body, tags, notify, rate_key in pages:
+                    if key in ledger and ledger[key].get("status") != "failed":
+                        self.metrics.alerts_dedup.labels(kind).inc()
+                        counts["duplicate"] += 1
+                        continue
+                    remaining = self._takers(tags)
+                    if not remaining:
+                        counts["untaken"] += 1
+                        continue
+                    if rate_key is not None and not self._rate_take(rate_key, now):
+                        self.metrics.alerts_rate_limited.labels(kind).inc()
+                        counts["rate_limited"] += 1
+                        ledger[key] = {"status": "rate_limited", "at": now}
+                        added.append(key)
+                        continue
+                    ledger[key] = {"status": "pending", "at": now,
+                                   "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
+                                            "notify": notify}}
+                    added.append(key)
+                    queued.append(Pending(key, kind, None, key, kind, first_seen=now, due=0.0,
+                                          remaining=remaining, title=title, body=body, notify=notify))
+            if added:
+                try:
+                    self._save(strict=True, locked=True)
+                except OSError:
+                    with self._lock:
+                        for key in added:
+                            self.pager.ledger.pop(key, None)
+                    raise
+        counts["new"] = len(queued)
+        for p in queued:  # not in the pager's pending (the reader thread's): delivery and its retries only
+            self._work.put(p)
+        return counts
+
+    def _rate_take(self, key, now: float) -> bool:
+        """One more page under ``key`` within ``alerts.max_pages_per_session``
+        per ``alerts.page_rate_window_seconds``: True (and counted) or False."""
+        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
+        if not limit or not window:
+            return True
+        times = [t for t in self._rates.get(key, ()) if now - t < window]
+        if len(times) >= limit:
+            self._rates[key] = times
+            return False
+        self._rates[key] = times + [now]
         return True
 
     def _takers(self, tags: frozenset) -> list[int]:

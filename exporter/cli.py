@@ -439,7 +439,15 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
                         daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
     from .alertmanager import PATH as AM_PATH, receiver_app
 
-    routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
+    from .alertmanager import SECRET_FILE as AM_SECRET
+
+    try:
+        am_secret = ensure_secret(cfg.resolved_state_dir(), AM_SECRET) if cfg.alertmanager.auth else None
+    except OSError as e:
+        print(f"coding-agent-exporter: cannot use state_dir {cfg.resolved_state_dir()}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
+    routes = {AM_PATH: receiver_app(alerter, cfg, metrics, am_secret, bool(web.users))}
     fleet = None
     if cfg.fleet.peers:
         from .fleet import PATH as FLEET_PATH, Fleet

@@ -211,6 +211,12 @@ class Alertmanager:
     tag_labels: list[str] = field(default_factory=lambda: ["severity", "project"])
     #: Larger webhook bodies are refused with 413 (bytes; 4 MiB).
     max_body_bytes: int = 4 * 1024 * 1024
+    #: A notification with more alerts is refused with 413 (Alertmanager's
+    #: ``webhook_configs.max_alerts`` keeps its notifications below it).
+    max_alerts: int = 100
+    #: Notifications must carry ``Authorization: Bearer`` and the secret of
+    #: ``state_dir/alertmanager-secret``, or pass ``basic_auth_users``.
+    auth: bool = True
 
 
 @dataclass
@@ -390,6 +396,8 @@ def _fleet_errors(cfg: Config, source: str) -> list[str]:
         elif parts.username is not None or parts.password is not None:
             errors.append(f"{source}: fleet.peers[{i}]: credentials do not go into the URL "
                           "(use fleet.username and fleet.password_file)")
+    if cfg.alertmanager.max_alerts < 1:
+        errors.append(f"{source}: alertmanager.max_alerts: must be at least 1")
     if cfg.fleet.poll_interval_seconds <= 0:
         errors.append(f"{source}: fleet.poll_interval_seconds: must be greater than 0")
     if cfg.fleet.timeout_seconds <= 0:

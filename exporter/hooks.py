@@ -361,21 +361,21 @@ def _private(path: Path, st: os.stat_result, what: str) -> None:
                                            f"other users may use it (chmod {'700' if what.endswith('folder') else '600'} it)")
 
 
-def ensure_secret(state_dir: Path) -> str:
+def ensure_secret(state_dir: Path, name: str = SECRET_FILE) -> str:
     """The hook secret of ``state_dir`` (64 hex characters), made at the
     first call: 32 random bytes written to ``state_dir/hook-secret`` with
     mode 0600 (``state_dir`` made with 0700 if missing). Raises ``OSError``
     (its ``strerror`` says why) when it cannot be written or read, or the
     file is a symlink, another user's or readable by others."""
     state_dir = Path(state_dir)
-    path = state_dir / SECRET_FILE
+    path = state_dir / name
     try:
-        return read_secret(state_dir, missing_ok=False)
+        return read_secret(state_dir, missing_ok=False, name=name)
     except FileNotFoundError:
         pass
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = os.urandom(32).hex()
-    tmp = state_dir / f".{SECRET_FILE}.{os.getpid()}"
+    tmp = state_dir / f".{name}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, "w", encoding="ascii") as f:
@@ -386,15 +386,16 @@ def ensure_secret(state_dir: Path) -> str:
             pass
     finally:
         tmp.unlink(missing_ok=True)
-    return read_secret(state_dir, missing_ok=False)
+    return read_secret(state_dir, missing_ok=False, name=name)
 
 
-def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
+def read_secret(state_dir: Path, missing_ok: bool = True, name: str = SECRET_FILE) -> str | None:
     """The hook secret in ``state_dir`` (see :func:`ensure_secret`); None
     when there is none yet (``missing_ok``, else ``FileNotFoundError``).
     Raises ``OSError`` for a symlink, another user's file or one others may
-    read, or one that does not hold a secret."""
-    path = Path(state_dir) / SECRET_FILE
+    read, or one that does not hold a secret. ``name``: another secret
+    file of the same kind (``alertmanager-secret``)."""
+    path = Path(state_dir) / name
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:

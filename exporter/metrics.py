@@ -35,7 +35,9 @@ USER_WAIT_REASONS = ("your_turn",) + WAIT_REASONS
 #: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
 #: in it is in the ledger), ``malformed`` (400), ``too_large`` (413),
 #: ``unavailable`` (503: ledger not writable or no Apprise target; Alertmanager retries).
-ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable")
+#: ``unauthorized`` (401: no or wrong credential), ``too_many_alerts`` (413:
+#: past ``alertmanager.max_alerts``).
+ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable", "unauthorized", "too_many_alerts")
 
 
 class Metrics:

@@ -145,3 +145,99 @@ def test_a_hook_answered_2xx_outlives_a_kill(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def _am_post(exp, body, token: str | None) -> int:
+    data = json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/alertmanager", data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_alertmanager_route_takes_a_credential_and_bounded_notifications(tmp_path):
+    """A real Alertmanager with the shipped recipe's bearer token
+    (``http_config.authorization.credentials_file`` = the exporter's
+    state_dir/alertmanager-secret) pages; a local process without it gets
+    401 and pages nothing; a notification of more than
+    ``alertmanager.max_alerts`` alerts is 413 and counted; 30 firings of one
+    alert name page ``alerts.max_pages_per_session`` times (the rest counted
+    as rate-limited), with one summary log line, not one per alert."""
+    import shutil
+    import subprocess
+
+    import yaml
+    from harness import Proc, free_port, wait_for
+    from test_fleet import am_alert, am_payload
+
+    alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver, config={
+        "alertmanager": {"max_alerts": 20},
+        "alerts": {"max_pages_per_session": 5, "page_rate_window_seconds": 3600}}).start()
+    am = None
+    try:
+        secret_file = tmp_path / "state" / "alertmanager-secret"
+        token = secret_file.read_text().strip()
+        forged = am_payload(am_alert(fingerprint="f0f0", summary="x"))
+        forged["alerts"][0]["annotations"]["summary"] = "Claude Code · shop: needs your approval"
+        assert _am_post(exp, forged, None) == 401
+        assert _am_post(exp, forged, "0" * 64) == 401
+        assert exp.value("coding_agent_alertmanager_notifications_total", status="unauthorized") == 2
+
+        big = am_payload(*[am_alert(fingerprint=f"b{i:03d}", alertname=f"Big{i}") for i in range(21)])
+        assert _am_post(exp, big, token) == 413
+        assert exp.value("coding_agent_alertmanager_notifications_total", status="too_many_alerts") == 1
+
+        flood = am_payload(*[am_alert(fingerprint=f"c{i:03d}", alertname="Flapping") for i in range(20)])
+        flood2 = am_payload(*[am_alert(fingerprint=f"d{i:03d}", alertname="Flapping") for i in range(10)])
+        assert _am_post(exp, flood, token) == 200 and _am_post(exp, flood2, token) == 200
+        assert _am_post(exp, flood, token) == 200  # Alertmanager's re-send: nothing new
+        wait_for(lambda: len(receiver.messages) >= 5, what="five pages of the flapping alert")
+
+        # a real Alertmanager, the recipe of config/alertmanager.yml with the bearer token
+        port, gossip = free_port(), free_port()
+        cfg = {"route": {"receiver": "exporter", "group_by": ["alertname"], "group_wait": "1s",
+                         "group_interval": "1s", "repeat_interval": "1h"},
+               "receivers": [{"name": "exporter", "webhook_configs": [{
+                   "url": f"http://127.0.0.1:{exp.port}/hooks/alertmanager", "max_alerts": 20,
+                   "http_config": {"authorization": {"type": "Bearer", "credentials_file": str(secret_file)}}}]}]}
+        am_path = tmp_path / "am.yml"
+        am_path.write_text(yaml.safe_dump(cfg))
+        r = subprocess.run(["amtool", "check-config", str(am_path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        am = Proc([alertmanager, f"--config.file={am_path}", f"--storage.path={tmp_path / 'am'}",
+                   f"--web.listen-address=127.0.0.1:{port}", f"--cluster.listen-address=127.0.0.1:{gossip}"],
+                  tmp_path / "am.log", tmp_path)
+
+        def post_alert():
+            data = json.dumps([{"labels": {"alertname": "RealOne", "machine": "alpha", "severity": "critical"},
+                                "annotations": {"summary": "sent through a real Alertmanager"}}]).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/v2/alerts", data=data,
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=2) as resp:
+                    return resp.status == 200
+            except OSError:
+                return False
+
+        wait_for(post_alert, timeout=20, what="Alertmanager up")
+        wait_for(lambda: any("real Alertmanager" in m.get("title", "") for m in receiver.messages), timeout=20,
+                 what="the page through the real Alertmanager")
+        titles = [m.get("title", "") for m in receiver.messages]
+        assert not any("needs your approval" in t for t in titles), titles
+        assert sum("waited for you" in t for t in titles) == 5, titles
+        assert exp.value("coding_agent_alerts_rate_limited_total", kind="alertmanager") == 25
+        log = exp.log()
+        assert log.count("Alertmanager notifications since the last summary") <= 2, log[-3000:]
+        assert log.count("already in the ledger") == 0
+    finally:
+        if am is not None:
+            am.stop()
+        exp.stop()
+        receiver.close()
