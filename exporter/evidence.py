@@ -68,10 +68,13 @@ class Evidence:
 
     def speaks_for(self, d) -> bool:
         """A hook delivery ``d`` may change a session: its ``transcript_path``
-        is a regular file (not a symlink) under a configured root, and that
+        is a regular file (not a symlink) under a configured root of the
+        delivery's own agent (a route takes only its agent's transcripts), and that
         file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
         Codex ``rollout-…-<id>.jsonl``) when it gives one."""
         if not self._ours(d.transcript_path):
+            return False
+        if self.roots.root_of(d.transcript_path)[0] != d.provider:  # /hooks/codex naming a Claude transcript
             return False
         try:
             if not stat.S_ISREG(os.lstat(d.transcript_path).st_mode):

@@ -241,3 +241,33 @@ def test_alertmanager_route_takes_a_credential_and_bounded_notifications(tmp_pat
             am.stop()
         exp.stop()
         receiver.close()
+
+
+def test_a_route_takes_only_its_own_agents_transcripts(tmp_path):
+    """A hook to /hooks/codex that names a Claude Code transcript and its
+    session id (Codex's hook envelope, PermissionRequest) changes nothing
+    and is counted as unknown_session; the same event on /hooks/claude_code
+    makes the session wait."""
+    receiver = Receiver()
+    exp = Daemon(tmp_path, receiver=receiver).start()
+    try:
+        s = ClaudeSession("e3100000-0000-4000-8000-000000000305")
+        path = claude_path(tmp_path, s.sid)
+        write(path, s.prompt() + s.tool_use())
+        exp.wait_state(s.sid, "working")
+        body = json.dumps({"session_id": s.sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
+                           "hook_event_name": "PermissionRequest", "turn_id": "t1", "model": "gpt-5",
+                           "tool_name": "Bash", "tool_input": {"command": "rm -rf /"}}).encode()
+        for route in ("codex", "claude_code"):
+            req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/{route}", data=body,
+                                         headers=exp.hook_headers())
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+            if route == "codex":
+                time.sleep(1.0)
+                assert exp.state(s.sid) == "working"
+                assert exp.value("coding_agent_hook_errors_total", reason="unknown_session") == 1
+        exp.wait_state(s.sid, "waiting")
+    finally:
+        exp.stop()
+        receiver.close()
