@@ -157,15 +157,40 @@ def load_web_config(path: str | None) -> WebConfig:
     return WebConfig(cert, key, {str(u): h.encode() for u, h in users.items()}, context, headers)
 
 
+#: Seconds a successful basic-auth header is remembered (as a keyed digest).
+AUTH_CACHE_SECONDS = 60.0
+#: Headers remembered at most (the oldest go first).
+AUTH_CACHE_MAX = 1024
+#: bcrypt checks run at once (each takes a core for its cost's time; run at
+#: a lower CPU priority where the OS allows), and requests waiting for one;
+#: past that a request is refused with 401 at once.
+AUTH_HASHERS, AUTH_WAITING_MAX = 1, 16
+
+
+def _lower_priority() -> None:
+    """This thread runs at nice 10 (Linux: per thread), so that a
+    wrong-password flood's bcrypt yields the CPU to scrapes and hooks."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Auth:
-    """HTTP basic auth against bcrypt hashes. Successful credentials are
-    remembered as a SHA-256 digest (bcrypt is deliberately slow), never in
-    clear; an unknown user is checked against a dummy hash of the same cost."""
+    """HTTP basic auth against bcrypt hashes. Successful headers are
+    remembered for ``AUTH_CACHE_SECONDS`` as an HMAC-SHA-256 of the header
+    under a key made at start (bcrypt is deliberately slow; nothing in clear,
+    nothing an attacker could precompute); an unknown user is checked against
+    a dummy hash of the same cost. At most ``AUTH_HASHERS`` bcrypt checks
+    run at once (:meth:`check` waits for one; :func:`auth_gate` never lets
+    a request wait in a worker thread)."""
 
     def __init__(self, users: dict[str, bytes]):
         self.users = users
-        self._ok: set[bytes] = set()
+        self._ok: dict[bytes, float] = {}  # digest of a header -> monotonic expiry
+        self._key = os.urandom(32)
         self._lock = threading.Lock()
+        self._hashers = threading.BoundedSemaphore(AUTH_HASHERS)
         self._dummy = None
         if users:
             salt = next(iter(users.values()))[:29]  # $2b$NN$ + 22 salt characters: the same cost
@@ -174,8 +199,26 @@ class _Auth:
             except ValueError:
                 self._dummy = bcrypt.hashpw(b"x", bcrypt.gensalt())
 
-    def check(self, header: str | None) -> bool:
+    def _digest(self, header: str) -> bytes:
+        return hmac.new(self._key, header.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
+
+    def cached(self, header: str | None) -> bool:
+        """``header`` passed :meth:`check` less than ``AUTH_CACHE_SECONDS``
+        ago (or no users are configured). Cheap: no bcrypt."""
         if not self.users:
+            return True
+        if not header:
+            return False
+        key = self._digest(header)
+        with self._lock:
+            until = self._ok.get(key)
+            if until is not None and until < time.monotonic():
+                del self._ok[key]
+                until = None
+        return until is not None
+
+    def check(self, header: str | None) -> bool:
+        if self.cached(header):
             return True
         if not header or not header.startswith("Basic "):
             return False
@@ -185,19 +228,65 @@ class _Auth:
             return False
         if not sep:
             return False
-        key = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
-        with self._lock:
-            if key in self._ok:
-                return True
         hashed = self.users.get(user)
-        try:
-            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
-        except ValueError:  # e.g. longer than bcrypt's 72 bytes
-            return False
+        with self._hashers:
+            try:
+                ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+            except ValueError:  # e.g. longer than bcrypt's 72 bytes
+                return False
         if ok:
             with self._lock:
-                self._ok.add(key)
+                self._ok[self._digest(header)] = time.monotonic() + AUTH_CACHE_SECONDS
+                while len(self._ok) > AUTH_CACHE_MAX:
+                    del self._ok[next(iter(self._ok))]
         return ok
+
+
+def auth_gate(app, users: dict[str, bytes], headers: dict | None = None):
+    """ASGI middleware: basic auth (``users``: name -> bcrypt hash) before a
+    worker thread is taken. A header remembered by :meth:`_Auth.cached` passes
+    in the event loop; another is checked by bcrypt in a pool of
+    ``AUTH_HASHERS`` threads of its own, with at most ``AUTH_WAITING_MAX``
+    requests waiting; past that, and on a wrong password, 401 is answered
+    from the event loop. A wrong-password flood costs at most one core of
+    bcrypt (at nice 10) and never delays a scrape whose credentials passed before. Sets
+    ``scope["cae.authenticated"]`` for :func:`make_app`; ``headers`` go on
+    its 401 replies too (``http_server_config.headers``). Returns ``(app,
+    auth)``."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    auth = _Auth(users)
+    if not users:
+        return app, auth
+    pool = ThreadPoolExecutor(AUTH_HASHERS, thread_name_prefix="bcrypt", initializer=_lower_priority)
+    waiting = [0]
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+
+    async def gate(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        raw = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        header = raw.decode("latin-1") if raw is not None else None
+        ok = auth.cached(header)
+        if not ok and header and waiting[0] < AUTH_WAITING_MAX:
+            waiting[0] += 1
+            try:
+                ok = await asyncio.get_running_loop().run_in_executor(pool, auth.check, header)
+            finally:
+                waiting[0] -= 1
+        if not ok:
+            body = b"Unauthorized\n"
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Basic realm="coding-agent-exporter"'),
+                                    (b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+                        + extra})
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope = dict(scope, **{"cae.authenticated": True})
+        return await app(scope, receive, send)
+
+    return gate, auth
 
 
 #: A refused hook body up to this size is read (and dropped) before the 413,
@@ -403,7 +492,8 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
 
             def start_response(status, hdrs, exc_info=None):
                 return inner(status, list(hdrs) + extra, exc_info)
-        if not auth.check(environ.get("HTTP_AUTHORIZATION")):
+        if not (environ.get("asgi.scope") or {}).get("cae.authenticated") \
+                and not auth.check(environ.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="coding-agent-exporter"'),
                                                  ("Content-Type", "text/plain")])
             return [b"Unauthorized\n"]
@@ -686,7 +776,9 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refus
         raise
     sock.setblocking(False)
     cap = connection_cap(limits.max_connections)
-    config = uvicorn.Config(whole_bodies(WSGIMiddleware(app, workers=APP_THREADS), limits, refused), http=_protocol_class(limits, cap),
+    gated, _auth = auth_gate(whole_bodies(WSGIMiddleware(app, workers=APP_THREADS), limits, refused), web.users,
+                               web.headers)
+    config = uvicorn.Config(gated, http=_protocol_class(limits, cap),
                             lifespan="off", log_config=None, access_log=False, backlog=ACCEPT_BATCH,
                             timeout_keep_alive=limits.keep_alive_timeout or 0.001, server_header=False, date_header=False, interface="asgi3", ws="none",
                             h11_max_incomplete_event_size=64 * 1024, timeout_graceful_shutdown=2)

@@ -271,3 +271,66 @@ def test_a_route_takes_only_its_own_agents_transcripts(tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_a_wrong_password_flood_does_not_slow_real_scrapes(tmp_path):
+    """32 clients sending wrong basic-auth passwords as fast as they can
+    (bcrypt cost 11) while Prometheus scrapes with the right one: every
+    scrape answers within 0.5 s (the right header is remembered as a keyed
+    digest; at most two bcrypt checks run at once, outside the threads that
+    answer scrapes), and every wrong one is still refused with 401."""
+    import base64
+    from concurrent.futures import ThreadPoolExecutor
+
+    import bcrypt
+    import yaml
+
+    web = tmp_path / "web.yml"
+    web.write_text(yaml.safe_dump({"basic_auth_users": {
+        "prom": bcrypt.hashpw(b"right-password", bcrypt.gensalt(11)).decode()}}))
+    exp = Daemon(tmp_path, extra_args=["--web.config.file", str(web)])
+    good = "Basic " + base64.b64encode(b"prom:right-password").decode()
+
+    def ready():
+        try:
+            req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/-/ready", headers={"Authorization": good})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+    exp.ready_check = ready
+    exp.start()
+    stop = threading.Event()
+    refused = []
+
+    def flood(i):
+        n = 0
+        while not stop.is_set():
+            bad = "Basic " + base64.b64encode(f"prom:wrong{i}-{n}".encode()).decode()
+            req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/metrics", headers={"Authorization": bad})
+            try:
+                urllib.request.urlopen(req, timeout=30).close()
+                refused.append(200)
+            except urllib.error.HTTPError as e:
+                refused.append(e.code)
+            except OSError:
+                pass
+            n += 1
+
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            for i in range(32):
+                pool.submit(flood, i)
+            time.sleep(1.0)
+            took = []
+            for _ in range(10):
+                req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/metrics", headers={"Authorization": good})
+                took.append(_timed(req)[1])
+                time.sleep(0.3)
+            stop.set()
+        print(f"wrong-password flood: scrape max {max(took):.3f} s, {len(refused)} wrong tries")
+        assert max(took) < 0.5, took
+        assert refused and set(refused) == {401}, set(refused)
+    finally:
+        stop.set()
+        exp.stop()
