@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from harness import claude_path
-from test_hardening_support import ClaudeSession, Daemon, Receiver, write
+from test_hardening_support import ClaudeSession, Daemon, Receiver, wait_for, write
 
 
 class Tricklers:
@@ -172,7 +172,7 @@ def test_alertmanager_route_takes_a_credential_and_bounded_notifications(tmp_pat
     import subprocess
 
     import yaml
-    from harness import Proc, free_port, wait_for
+    from harness import Proc, free_port
     from test_fleet import am_alert, am_payload
 
     alertmanager = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -334,3 +334,80 @@ def test_a_wrong_password_flood_does_not_slow_real_scrapes(tmp_path):
     finally:
         stop.set()
         exp.stop()
+
+
+def _hostile_peer(kind: str):
+    """A loopback server standing in for a peer gone bad: ``trickle`` (a
+    head, then a byte a second), ``huge`` (3 MiB of tiny sessions),
+    ``many`` (600 sessions in a small answer), ``redirect`` (to ftp://)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if kind == "redirect":
+                self.send_response(302)
+                self.send_header("Location", "ftp://192.0.2.1/x")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            rows = {"huge": [{}] * (3 << 19), "many": [{"id": str(i)} for i in range(600)]}.get(kind, [])
+            body = json.dumps({"machine": kind, "ready": True, "sessions": rows}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if kind == "trickle":
+                for b in body:
+                    self.wfile.write(bytes([b]))
+                    self.wfile.flush()
+                    time.sleep(1.0)
+            else:
+                self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_fleet_peers_are_bounded_polled_apart_and_shown_stale(tmp_path):
+    """Beside a good peer (a real exporter): one trickling its answer, one
+    sending 3 MiB, one 600 sessions (metrics.max_sessions 500), one
+    redirecting to ftp://. The good peer stays fresh (polled on its own
+    schedule) while the others show as down or dropped, with no rows of
+    theirs; once the good peer stops, it shows as stale with its age."""
+    from harness import Exporter
+    from test_fleet import fleet_of
+
+    bad = {k: _hostile_peer(k) for k in ("trickle", "huge", "many", "redirect")}
+    good = Exporter(tmp_path / "good", {"machine": "good"}).start()
+    peers = [f"http://127.0.0.1:{good.port}"] + [f"http://127.0.0.1:{s.server_address[1]}" for s in bad.values()]
+    exp = Exporter(tmp_path / "a", {"fleet": {"peers": peers, "poll_interval_seconds": 0.5,
+                                              "timeout_seconds": 1.5}}).start()
+    try:
+        def machines():
+            return {m["url"]: m for m in fleet_of(exp)["machines"] if m["url"]}
+
+        wait_for(lambda: all(m["up"] is not None for m in machines().values()), timeout=15, what="every peer polled")
+        for _ in range(8):  # 4 s: the trickling peer never lets a round end
+            m = machines()[peers[0]]
+            assert m["up"] and not m["stale"] and m["age_seconds"] < 1.0, m
+            time.sleep(0.5)
+        now = machines()
+        assert now[peers[1]]["up"] is False and "no answer" in now[peers[1]]["error"], now[peers[1]]
+        assert now[peers[2]]["error"].startswith("dropped: answer larger than 2 MiB"), now[peers[2]]
+        assert now[peers[3]]["error"].startswith("dropped: more than 500 sessions"), now[peers[3]]
+        assert now[peers[4]]["error"].startswith("dropped: redirect refused"), now[peers[4]]
+        assert all(now[p]["sessions"] == [] for p in peers[1:])
+        assert len(json.dumps(fleet_of(exp))) < 100_000
+        good.stop()
+        m = wait_for(lambda: (m := machines()[peers[0]])["stale"] and m, timeout=10, what="the stopped peer stale")
+        assert m["age_seconds"] > 1.0 and m["error"], m
+    finally:
+        exp.stop()
+        good.stop()
+        for s in bad.values():
+            s.shutdown()
