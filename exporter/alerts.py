@@ -44,6 +44,9 @@ if TYPE_CHECKING:  # imported where a target is built: start-up without alerts d
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "alerts-ledger.json"
+#: Times of each session's recent pages (``alerts.max_pages_per_session``),
+#: kept across restarts.
+RATES_FILE = "page-rates.json"
 LEDGER_KEEP_SECONDS = 30 * 86400
 LEDGER_MAX_ENTRIES = 50_000
 #: Entries of Alertmanager pages (keys ``alertmanager:…``) kept, apart from
@@ -197,7 +200,7 @@ class Alerter:
         self.ledger_path = self.state_dir / LEDGER_FILE
         self.pager = Pager(Rules.from_config(cfg.alerts), self._load(), self._fields)
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
-        self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
+        self._rates: dict[tuple, list[float]] = self._load_rates()  # (provider, session id) → its recent pages
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -283,6 +286,31 @@ class Alerter:
             if strict:
                 raise
 
+    def _load_rates(self) -> dict[tuple, list[float]]:
+        """The page times of :data:`RATES_FILE` still within
+        ``alerts.page_rate_window_seconds`` (a restart does not reset
+        ``alerts.max_pages_per_session``); unusable entries are left out."""
+        data = load_json(self.state_dir / RATES_FILE, "page rate file")
+        rates = data.get("rates") if isinstance(data, dict) else None
+        now, window = time.time(), self.a.page_rate_window_seconds
+        out = {}
+        for key, times in (rates.items() if isinstance(rates, dict) else ()):
+            if isinstance(key, str) and isinstance(times, list):
+                kept = [t for t in times if type(t) in (int, float) and 0 <= now - t < window]
+                if kept:
+                    out[tuple(key.split("\t"))] = kept[-max(1, self.a.max_pages_per_session):]
+        return out
+
+    def _save_rates(self) -> None:
+        """Write the page times (atomically; a failure is logged)."""
+        now, window = time.time(), self.a.page_rate_window_seconds
+        data = {"version": 1, "rates": {"\t".join(map(str, k)): v for k, v in list(self._rates.items())
+                                        if v and now - v[-1] < window}}
+        try:
+            save_json(self.state_dir / RATES_FILE, data)
+        except OSError as e:
+            log.error("cannot write the page rate file %s: %s", self.state_dir / RATES_FILE, e.strerror or e)
+
     # -- pages made elsewhere (Alertmanager) ---------------------------------
     def page(self, key: str, kind: str, title: str, body: str, tags: frozenset = frozenset(),
              notify: str = "warning") -> bool:
@@ -336,6 +364,8 @@ class Alerter:
                             self.pager.ledger.pop(key, None)
                     raise
         counts["new"] = len(queued)
+        if queued and self.a.max_pages_per_session and any(pg[6] is not None for pg in pages):
+            self._save_rates()
         for p in queued:  # not in the pager's pending (the reader thread's): delivery and its retries only
             self._work.put(p)
         return counts
@@ -448,6 +478,7 @@ class Alerter:
                                "(alerts.max_pages_per_session)", level=logging.WARNING)
             return False
         rates[key] = times + [now]
+        self._save_rates()  # a restart does not reset the limit
         return True
 
     # -- delivery thread ---------------------------------------------------
@@ -505,6 +536,8 @@ class Alerter:
             title, body = self._message(p.session, st)
             if p.reminder:
                 title = "Reminder: " + title
+        if p.session is not None and not p.reminder:
+            self._mark_sending(p)
         still = []
         for i in p.remaining:
             target = self.targets[i]
@@ -535,6 +568,17 @@ class Alerter:
                                error_kind=st.error_kind, duration_seconds=None if st.duration is None
                                else round(st.duration, 1), targets=sum(t.wants(tag) for t in self.targets),
                                latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
+
+    def _mark_sending(self, p: Pending) -> None:
+        """The ledger says ``sending`` for ``p`` (on disk) before its
+        delivery starts: after a kill, a page marked ``pending`` is known
+        never to have gone out; only ``sending`` ones may repeat."""
+        with self._lock:
+            entry = self.pager.ledger.get(p.key)
+            if entry is None or entry.get("status") != "pending":
+                return
+            self.pager.ledger[p.key] = {**entry, "status": "sending"}
+        self._save()
 
     # -- message -----------------------------------------------------------
     def _message(self, s: Session, st) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from harness import claude_path
-from test_hardening_support import ClaudeSession, Daemon, Receiver, wait_for, write
+from test_hardening_support import ClaudeSession, Daemon, Receiver, alerts_for, wait_for, write
 
 
 class Tricklers:
@@ -411,3 +411,31 @@ def test_fleet_peers_are_bounded_polled_apart_and_shown_stale(tmp_path):
         good.stop()
         for s in bad.values():
             s.shutdown()
+
+
+def test_the_page_rate_limit_outlives_a_restart(tmp_path):
+    """``alerts.max_pages_per_session`` 2 per hour: a session pages twice,
+    the exporter restarts (kill -9 and a clean stop alike), and its third
+    turn end is refused by the limit, counted; the ledger shows no page
+    left "sending"."""
+    receiver = Receiver()
+    config = {"alerts": {"max_pages_per_session": 2, "page_rate_window_seconds": 3600, "settle_seconds": 0.2}}
+    exp = Daemon(tmp_path, receiver=receiver, config=config).start()
+    s = ClaudeSession("e3100000-0000-4000-8000-000000000306")
+    path = claude_path(tmp_path, s.sid)
+    try:
+        for n in range(2):
+            write(path, s.prompt(f"turn {n}") + s.text() + s.turn_duration())
+            wait_for(lambda: len(alerts_for(receiver, s.sid)) == n + 1, what=f"page {n + 1}")
+        time.sleep(0.5)
+        exp.kill9()
+        exp = Daemon(tmp_path, receiver=receiver, config=config).start()
+        write(path, s.prompt("turn 2") + s.text() + s.turn_duration())
+        wait_for(lambda: exp.value("coding_agent_alerts_rate_limited_total", kind="completed") == 1,
+                 what="the third page refused by the limit")
+        assert len(alerts_for(receiver, s.sid)) == 2
+        ledger = json.loads((tmp_path / "state" / "alerts-ledger.json").read_text())["alerts"]
+        assert not [k for k, v in ledger.items() if v["status"] == "sending"], ledger
+    finally:
+        exp.stop()
+        receiver.close()
