@@ -135,6 +135,8 @@ class HookJournal:
                 with self._cond:
                     if ok:
                         self._pending.update(batch)
+                        while len(self._pending) > RECOVER_MAX_LINES:  # checkpoints failing for long: memory stays bounded
+                            del self._pending[next(iter(self._pending))]
                         self.flushes += 1
                         self.lines += len(batch)
                     else:
