@@ -385,16 +385,16 @@ def test_fleet_peers_are_bounded_polled_apart_and_shown_stale(tmp_path):
     bad = {k: _hostile_peer(k) for k in ("trickle", "huge", "many", "redirect")}
     good = Exporter(tmp_path / "good", {"machine": "good"}).start()
     peers = [f"http://127.0.0.1:{good.port}"] + [f"http://127.0.0.1:{s.server_address[1]}" for s in bad.values()]
-    exp = Exporter(tmp_path / "a", {"fleet": {"peers": peers, "poll_interval_seconds": 0.5,
+    exp = Exporter(tmp_path / "a", {"fleet": {"peers": peers, "poll_interval_seconds": 1.0,
                                               "timeout_seconds": 1.5}}).start()
     try:
         def machines():
             return {m["url"]: m for m in fleet_of(exp)["machines"] if m["url"]}
 
-        wait_for(lambda: all(m["up"] is not None for m in machines().values()), timeout=15, what="every peer polled")
+        wait_for(lambda: all(m["up"] is not None for m in machines().values()), timeout=20, what="every peer polled")
         for _ in range(8):  # 4 s: the trickling peer never lets a round end
             m = machines()[peers[0]]
-            assert m["up"] and not m["stale"] and m["age_seconds"] < 1.0, m
+            assert m["up"] and not m["stale"] and m["age_seconds"] <= 2.0, m
             time.sleep(0.5)
         now = machines()
         assert now[peers[1]]["up"] is False and "no answer" in now[peers[1]]["error"], now[peers[1]]
@@ -405,7 +405,7 @@ def test_fleet_peers_are_bounded_polled_apart_and_shown_stale(tmp_path):
         assert len(json.dumps(fleet_of(exp))) < 100_000
         good.stop()
         m = wait_for(lambda: (m := machines()[peers[0]])["stale"] and m, timeout=10, what="the stopped peer stale")
-        assert m["age_seconds"] > 1.0 and m["error"], m
+        assert m["age_seconds"] >= 2.0 and m["error"], m  # "connection refused", beside stale and its age
     finally:
         exp.stop()
         good.stop()
