@@ -91,10 +91,11 @@ class HookJournal:
             log.debug("hook journal: %d unreadable line(s) left out", bad)
         return kept
 
-    def write(self, record: dict, timeout: float = 5.0) -> bool:
+    def write(self, record: dict, timeout: float = 5.0, wait: bool = True) -> int:
         """Append ``record`` (a :func:`.hooks.to_record` dict) and return
         once it is on disk: its sequence number, or 0 when it could not be
-        written (disk full, I/O error; logged) or ``timeout`` seconds passed."""
+        written (disk full, I/O error; logged) or ``timeout`` seconds passed.
+        ``wait`` False: return the number at once (see :meth:`flush`)."""
         line = orjson.dumps(record) + b"\n"
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -104,6 +105,8 @@ class HookJournal:
             seq = self._seq
             self._queue.append((seq, line))
             self._cond.notify_all()
+            if not wait:
+                return seq
             while self._durable < seq and time.monotonic() < deadline:
                 self._cond.wait(deadline - time.monotonic())
             if self._durable < seq or seq in self._failed:
@@ -143,6 +146,15 @@ class HookJournal:
                         self._failed.update(seq for seq, _ in batch)
                     self._durable = batch[-1][0]
                     self._cond.notify_all()
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Wait until every line written so far is on disk (or ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            seq = self._seq
+            while self._durable < seq and not self._closed and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
+            self._failed = {q for q in self._failed if q > seq}  # the unwaited lines' failures are logged
 
     def done(self, seqs) -> None:
         """The deliveries ``seqs`` (from :meth:`write`) are applied and in a

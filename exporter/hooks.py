@@ -202,11 +202,12 @@ class HookInbox:
         self.taken: list[int] = []
         self._spool_refused: str | None = None  # why the spool was last refused (logged once)
 
-    def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
+    def receive(self, provider: str, body: bytes, received_at: float | None = None, wait: bool = True) -> str | None:
         """Take one body; returns None when queued (and, with a
         :attr:`journal`, on disk), else the error reason (counted on
         ``coding_agent_hook_errors_total``; ``unsaved``: the journal could
-        not be written)."""
+        not be written). ``wait`` False: the journal line is queued, not
+        waited for (the spool, which waits once for all: :meth:`take_spool`)."""
         from .metrics import HOOK_EVENTS  # here: the hook command never loads prometheus-client
 
         now = time.time()
@@ -224,7 +225,7 @@ class HookInbox:
                 return "too_large"
         seq = 0
         if self.journal is not None and d.event is not None:  # on disk before the 2xx (hookjournal.py)
-            seq = self.journal.write(to_record(d))
+            seq = self.journal.write(to_record(d), wait=wait)
             if not seq:
                 self.metrics.hook_errors.labels("unsaved").inc()
                 return "unsaved"
@@ -299,8 +300,10 @@ class HookInbox:
             if max_age and now - at > max_age:
                 self.metrics.hook_errors.labels("expired").inc()
                 continue
-            if self.receive(provider, body, at) is None:
+            if self.receive(provider, body, at, wait=False) is None:
                 taken += 1
+        if taken and self.journal is not None:
+            self.journal.flush()  # one flush for every spooled body taken, not one each
         return taken
 
 
