@@ -20,7 +20,12 @@ with ``alertmanager.send_resolved``. The reply is 200 only once every
 alert of the notification is in the ledger on disk
 (:meth:`.alerts.Alerter.page`), 503 when it cannot be written (or no Apprise
 target is configured), so that Alertmanager retries; 400 for a payload that
-is not a version 4 notification, 413 past ``alertmanager.max_body_bytes``.
+is not a version 4 notification, 413 past ``alertmanager.max_body_bytes``
+or ``alertmanager.max_alerts``, 401 without the credential (a bearer token,
+``state_dir/alertmanager-secret``, or basic auth of ``basic_auth_users``).
+The ledger is written once per notification; the pages count under
+``alerts.max_pages_per_session`` per ``(machine, alertname)``; refusals and
+re-sent alerts are counted and logged in one summary line a minute.
 Each notification is counted on
 ``coding_agent_alertmanager_notifications_total{status}``.
 
@@ -121,12 +126,56 @@ def message(alert: dict) -> tuple[str, str, str]:
     return _cut(title, _MAX_TITLE), _cut("\n".join(lines) or title, _MAX_BODY), notify
 
 
-def receiver_app(alerter, cfg, metrics):
+#: The route's credential in ``state_dir`` (mode 0600, made at the first start).
+SECRET_FILE = "alertmanager-secret"
+#: Seconds between the summary lines of refused notifications and re-sent alerts.
+SUMMARY_EVERY_SECONDS = 60.0
+
+
+class _Summary:
+    """Counts of what would be one log line each (a refused notification, a
+    re-sent alert), logged as one line at most every ``every`` seconds."""
+
+    def __init__(self, every: float = SUMMARY_EVERY_SECONDS):
+        import threading
+
+        self.every, self.counts, self.level, self._last = every, {}, logging.INFO, 0.0
+        self._lock = threading.Lock()
+
+    def add(self, what: str, n: int = 1, level: int = logging.INFO) -> None:
+        """Count ``n`` of ``what``; log the counts when the last line is
+        ``every`` seconds old (at the highest ``level`` added since)."""
+        import time
+
+        if not n:
+            return
+        with self._lock:
+            self.counts[what] = self.counts.get(what, 0) + n
+            self.level = max(self.level, level)
+            now = time.monotonic()
+            if now - self._last < self.every:
+                return
+            self._last, counts, level, self.counts, self.level = now, self.counts, self.level, {}, logging.INFO
+        log.log(level, "Alertmanager notifications since the last summary: %s",
+                ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+
+def receiver_app(alerter, cfg, metrics, secret: str | None = None, basic_auth: bool = False):
     """WSGI app of ``POST /hooks/alertmanager`` (see the module doc):
     ``alerter`` is the :class:`.alerts.Alerter`, ``cfg`` the
-    :class:`.config.Config`, ``metrics`` the :class:`.metrics.Metrics`."""
+    :class:`.config.Config`, ``metrics`` the :class:`.metrics.Metrics`.
+    ``secret``: the bearer token a notification must carry
+    (``state_dir/alertmanager-secret``; None with ``alertmanager.auth``
+    false); ``basic_auth``: the server checks ``basic_auth_users`` before
+    any route, so a request with basic auth that reaches here has passed.
+    Without either a request gets 401. Refusals and re-sent alerts are
+    counted and summed up in one log line a minute (:class:`_Summary`)."""
+    import hmac
+
     am = cfg.alertmanager
     counted = metrics.alertmanager_notifications
+    want = f"Bearer {secret}".encode() if secret else None
+    summary = _Summary()
 
     def reply(start_response, status: str, text: str, outcome: str | None):
         if outcome:
@@ -135,9 +184,23 @@ def receiver_app(alerter, cfg, metrics):
         start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
         return [body]
 
+    def authorized(environ) -> bool:
+        if not am.auth:
+            return True
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        if basic_auth and header.startswith("Basic "):
+            return True
+        return want is not None and hmac.compare_digest(header.encode("latin-1", "replace"), want)
+
     def app(environ, start_response):
         if environ.get("REQUEST_METHOD") != "POST":
             return reply(start_response, "405 Method Not Allowed", "POST an Alertmanager notification\n", None)
+        if not authorized(environ):
+            summary.add("refused: no or wrong credential", level=logging.WARNING)
+            start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                                ("WWW-Authenticate", 'Bearer realm="coding-agent-exporter"')])
+            counted.labels("unauthorized").inc()
+            return [b"credential missing or wrong (http_config.authorization.credentials_file)\n"]
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
@@ -148,31 +211,37 @@ def receiver_app(alerter, cfg, metrics):
             stream, left = environ["wsgi.input"], length if length <= _DRAIN_MAX_BYTES else 0
             while left > 0 and (chunk := stream.read(min(left, 1 << 16))):  # so the sender sees the 413
                 left -= len(chunk)
-            log.warning("refused an Alertmanager notification of %d bytes (alertmanager.max_body_bytes: %d)",
-                        length, am.max_body_bytes)
+            summary.add("refused: larger than alertmanager.max_body_bytes", level=logging.WARNING)
             return reply(start_response, "413 Content Too Large", "notification too large\n", "too_large")
         try:
             alerts = parse(environ["wsgi.input"].read(length) if length else b"")
-        except Malformed as e:
-            log.warning("refused an Alertmanager notification: %s", e)
-            return reply(start_response, "400 Bad Request", f"not an Alertmanager notification: {e}\n", "malformed")
+        except Malformed:
+            summary.add("refused: malformed", level=logging.WARNING)
+            return reply(start_response, "400 Bad Request", "not an Alertmanager notification\n", "malformed")
+        if len(alerts) > am.max_alerts:
+            summary.add("refused: more alerts than alertmanager.max_alerts", level=logging.WARNING)
+            return reply(start_response, "413 Content Too Large",
+                         f"more than {am.max_alerts} alerts (set webhook_configs max_alerts)\n", "too_many_alerts")
         if not alerter.targets:
             log.error("an Alertmanager notification came, but no Apprise URL is configured (alerts.urls)")
             return reply(start_response, "503 Service Unavailable", "no Apprise target configured\n",
                          "unavailable")
-        new = 0
+        pages = []
         for alert in alerts:
             if alert["status"] == "resolved" and not am.send_resolved:
                 continue
             title, body, notify = message(alert)
             labels = alert["labels"]
             tags = frozenset([KIND] + [labels[n] for n in am.tag_labels if labels.get(n)])
-            try:
-                new += alerter.page(ledger_key(alert), KIND, title, body, tags, notify)
-            except OSError:
-                return reply(start_response, "503 Service Unavailable", "cannot write the page ledger\n",
-                             "unavailable")
-        log.debug("Alertmanager notification taken: %d alert(s), %d new page(s)", len(alerts), new)
+            rate_key = (KIND, labels.get("machine", ""), labels.get("alertname", ""))
+            pages.append((ledger_key(alert), KIND, title, body, tags, notify, rate_key))
+        try:
+            counts = alerter.page_many(pages)  # one ledger write for the notification
+        except OSError:
+            return reply(start_response, "503 Service Unavailable", "cannot write the page ledger\n", "unavailable")
+        summary.add("alerts already paged (re-sent)", counts["duplicate"])
+        summary.add("alerts over alerts.max_pages_per_session", counts["rate_limited"], logging.WARNING)
+        log.debug("Alertmanager notification taken: %d alert(s), %d new page(s)", len(alerts), counts["new"])
         return reply(start_response, "200 OK", "", "accepted")
 
     return app

@@ -46,8 +46,16 @@ if TYPE_CHECKING:  # imported where a target is built: start-up without alerts d
 log = logging.getLogger(__name__)
 
 LEDGER_FILE = "alerts-ledger.json"
+#: Times of each session's recent pages (``alerts.max_pages_per_session``),
+#: kept across restarts.
+RATES_FILE = "page-rates.json"
 LEDGER_KEEP_SECONDS = 30 * 86400
 LEDGER_MAX_ENTRIES = 50_000
+#: Entries of Alertmanager pages (keys ``alertmanager:…``) kept, apart from
+#: the turn ends' ``LEDGER_MAX_ENTRIES``: a flood of alerts cannot push out
+#: a turn end still owed.
+AM_LEDGER_MAX_ENTRIES = 20_000
+AM_KEY_PREFIX = "alertmanager:"
 
 
 #: What a page says the agent waits for, by wait reason.
@@ -202,7 +210,7 @@ class Alerter:
         self.lookup = lambda provider, session_id: None
         self._mutes_looked = 0.0
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
-        self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
+        self._rates: dict[tuple, list[float]] = self._load_rates()  # (provider, session id) → its recent pages
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -277,7 +285,9 @@ class Alerter:
         with self._lock:
             items = sorted(self.pager.ledger.items(), key=lambda kv: kv[1].get("at", 0))
             items = [(k, v) for k, v in items if now - v.get("at", now) < LEDGER_KEEP_SECONDS]
-            self.pager.ledger = dict(items[-LEDGER_MAX_ENTRIES:])
+            am = [kv for kv in items if kv[0].startswith(AM_KEY_PREFIX)][-AM_LEDGER_MAX_ENTRIES:]
+            turns = [kv for kv in items if not kv[0].startswith(AM_KEY_PREFIX)][-LEDGER_MAX_ENTRIES:]
+            self.pager.ledger = dict(sorted(am + turns, key=lambda kv: kv[1].get("at", 0)))
             data = {"version": 1, "alerts": dict(self.pager.ledger)}
         try:
             save_json(self.ledger_path, data)
@@ -286,49 +296,101 @@ class Alerter:
             if strict:
                 raise
 
+    def _load_rates(self) -> dict[tuple, list[float]]:
+        """The page times of :data:`RATES_FILE` still within
+        ``alerts.page_rate_window_seconds`` (a restart does not reset
+        ``alerts.max_pages_per_session``); unusable entries are left out."""
+        data = load_json(self.state_dir / RATES_FILE, "page rate file")
+        rates = data.get("rates") if isinstance(data, dict) else None
+        now, window = time.time(), self.a.page_rate_window_seconds
+        out = {}
+        for key, times in (rates.items() if isinstance(rates, dict) else ()):
+            if isinstance(key, str) and isinstance(times, list):
+                kept = [t for t in times if type(t) in (int, float) and 0 <= now - t < window]
+                if kept:
+                    out[tuple(key.split("\t"))] = kept[-max(1, self.a.max_pages_per_session):]
+        return out
+
+    def _save_rates(self) -> None:
+        """Write the page times (atomically; a failure is logged)."""
+        now, window = time.time(), self.a.page_rate_window_seconds
+        data = {"version": 1, "rates": {"\t".join(map(str, k)): v for k, v in list(self._rates.items())
+                                        if v and now - v[-1] < window}}
+        try:
+            save_json(self.state_dir / RATES_FILE, data)
+        except OSError as e:
+            log.error("cannot write the page rate file %s: %s", self.state_dir / RATES_FILE, e.strerror or e)
+
     # -- pages made elsewhere (Alertmanager) ---------------------------------
     def page(self, key: str, kind: str, title: str, body: str, tags: frozenset = frozenset(),
              notify: str = "warning") -> bool:
-        """Deliver one page made outside the transcripts (an Alertmanager
-        alert) through the configured targets, once per ledger ``key``.
+        """One page of :meth:`page_many` (the same rules); True when new."""
+        return self.page_many([(key, kind, title, body, tags, notify, None)])["new"] == 1
 
-        ``tags`` are Apprise tags: a target gets the page when it has no tag,
-        the tag ``always``, or one of ``tags``. ``notify`` is an Apprise
-        NotifyType value (``info``, ``success``, ``warning``, ``failure``).
-        Returns True when the page is new: then it is in the ledger on disk
-        (status ``pending``, with its text) before this returns, and is
-        delivered with the usual retries, also after a restart
-        (:meth:`start`). Returns False for a key the ledger has already
-        (counted on ``coding_agent_alerts_deduplicated_total{kind}``), or
-        when no target takes any of ``tags``. Raises ``OSError`` when the
-        ledger cannot be written (nothing is kept or sent then), so that the
-        caller can ask for the notification again. A key whose delivery
-        failed ``alerts.retry.attempts`` times is taken again."""
+    def page_many(self, pages) -> dict[str, int]:
+        """Pages made outside the transcripts, one notification's at once:
+        ``pages`` is a list of ``(key, kind, title, body, tags, notify,
+        rate_key)`` (see :meth:`page`; ``rate_key``: what
+        ``alerts.max_pages_per_session`` counts them under, None: not
+        limited). The ledger is written once for all of them. A page over
+        the rate is kept in the ledger as ``rate_limited`` (its re-sends do
+        not page either) and counted on ``coding_agent_alerts_rate_limited_total``.
+        Returns ``{"new", "duplicate", "untaken", "rate_limited"}`` counts;
+        raises ``OSError`` (nothing kept) when the ledger cannot be written."""
+        counts = {"new": 0, "duplicate": 0, "untaken": 0, "rate_limited": 0}
+        queued = []
+        now = time.time()
         with self._save_lock:  # check, add and write as one: two senders of one key page once
             with self._lock:
                 ledger = self.pager.ledger
-                if key in ledger and ledger[key].get("status") != "failed":
-                    self.metrics.alerts_dedup.labels(kind).inc()
-                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key,
-                                                                 "reason": "already in the ledger"}})
-                    return False
-                remaining = self._takers(tags)
-                if not remaining:
-                    log.info("page not sent", extra={"fields": {"kind": kind, "key": key, "reason":
-                                                                 f"no target takes the tags {sorted(tags)}"}})
-                    return False
-                ledger[key] = {"status": "pending", "at": time.time(),
-                               "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
-                                        "notify": notify}}
-            try:
-                self._save(strict=True, locked=True)
-            except OSError:
-                with self._lock:
-                    self.pager.ledger.pop(key, None)
-                raise
-        # Not in the pager's pending (the reader thread's): delivery and its retries only.
-        self._work.put(Pending(key, kind, None, key, kind, first_seen=time.time(), due=0.0,
-                               remaining=remaining, title=title, body=body, notify=notify))
+                added = []
+                for key, kind, title, body, tags, notify, rate_key in pages:
+                    if key in ledger and ledger[key].get("status") != "failed":
+                        self.metrics.alerts_dedup.labels(kind).inc()
+                        counts["duplicate"] += 1
+                        continue
+                    remaining = self._takers(tags)
+                    if not remaining:
+                        counts["untaken"] += 1
+                        continue
+                    if rate_key is not None and not self._rate_take(rate_key, now):
+                        self.metrics.alerts_rate_limited.labels(kind).inc()
+                        counts["rate_limited"] += 1
+                        ledger[key] = {"status": "rate_limited", "at": now}
+                        added.append(key)
+                        continue
+                    ledger[key] = {"status": "pending", "at": now,
+                                   "page": {"kind": kind, "title": title, "body": body, "tags": sorted(tags),
+                                            "notify": notify}}
+                    added.append(key)
+                    queued.append(Pending(key, kind, None, key, kind, first_seen=now, due=0.0,
+                                          remaining=remaining, title=title, body=body, notify=notify))
+            if added:
+                try:
+                    self._save(strict=True, locked=True)
+                except OSError:
+                    with self._lock:
+                        for key in added:
+                            self.pager.ledger.pop(key, None)
+                    raise
+        counts["new"] = len(queued)
+        if queued and self.a.max_pages_per_session and any(pg[6] is not None for pg in pages):
+            self._save_rates()
+        for p in queued:  # not in the pager's pending (the reader thread's): delivery and its retries only
+            self._work.put(p)
+        return counts
+
+    def _rate_take(self, key, now: float) -> bool:
+        """One more page under ``key`` within ``alerts.max_pages_per_session``
+        per ``alerts.page_rate_window_seconds``: True (and counted) or False."""
+        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
+        if not limit or not window:
+            return True
+        times = [t for t in self._rates.get(key, ()) if now - t < window]
+        if len(times) >= limit:
+            self._rates[key] = times
+            return False
+        self._rates[key] = times + [now]
         return True
 
     def _takers(self, tags: frozenset) -> list[int]:
@@ -523,6 +585,7 @@ class Alerter:
                                "(alerts.max_pages_per_session)", level=logging.WARNING)
             return False
         rates[key] = times + [now]
+        self._save_rates()  # a restart does not reset the limit
         return True
 
     # -- delivery thread ---------------------------------------------------
@@ -580,6 +643,8 @@ class Alerter:
             title, body = self._message(p.session, st)
             if p.reminder:
                 title = "Reminder: " + title
+        if p.session is not None and not p.reminder:
+            self._mark_sending(p)
         still = []
         for i in p.remaining:
             target = self.targets[i]
@@ -610,6 +675,17 @@ class Alerter:
                                error_kind=st.error_kind, duration_seconds=None if st.duration is None
                                else round(st.duration, 1), targets=len(self._takers(self._tags_of(p))),
                                latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
+
+    def _mark_sending(self, p: Pending) -> None:
+        """The ledger says ``sending`` for ``p`` (on disk) before its
+        delivery starts: after a kill, a page marked ``pending`` is known
+        never to have gone out; only ``sending`` ones may repeat."""
+        with self._lock:
+            entry = self.pager.ledger.get(p.key)
+            if entry is None or entry.get("status") != "pending":
+                return
+            self.pager.ledger[p.key] = {**entry, "status": "sending"}
+        self._save()
 
     # -- message -----------------------------------------------------------
     def _message(self, s: Session, st) -> tuple[str, str]:

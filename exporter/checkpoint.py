@@ -173,7 +173,7 @@ class Checkpoint:
         return At(offset)
 
     def save(self, offsets: dict, open_: list[str], hooks: list, history=None, force: bool = False,
-             version=None, usage=None) -> None:
+             version=None, usage=None) -> bool:
         """Write the checkpoint atomically (the history index first, when
         ``history`` is given and its ``version`` changed: the checkpoint says
         it is there). Skipped when ``(offsets, open_, history version,
@@ -181,11 +181,11 @@ class Checkpoint:
         caller's own change count of ``hooks`` (and of ``usage``: ``(version,
         state)`` of the usage counters, written with the offsets they
         counted up to). A write that fails is logged,
-        never raised."""
+        never raised. True when the checkpoint on disk is current."""
         hv = history.version if history is not None else None
         key = (offsets, open_, hv, version, usage[0] if usage else None)
         if key == self._saved and not force:
-            return
+            return True
         try:
             if history is not None and (force or self._saved is None or hv != self._saved[2]):
                 history.save(self.history_path)
@@ -194,5 +194,7 @@ class Checkpoint:
                 data["usage"] = usage[1]()
             save_json(self.path, data)
             self._saved = key
+            return True
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.path, e.strerror or e)
+            return False

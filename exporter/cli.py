@@ -471,7 +471,15 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
                         mutes=alerter.noise.mutes.rows)
     from .alertmanager import PATH as AM_PATH, receiver_app
 
-    routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
+    from .alertmanager import SECRET_FILE as AM_SECRET
+
+    try:
+        am_secret = ensure_secret(cfg.resolved_state_dir(), AM_SECRET) if cfg.alertmanager.auth else None
+    except OSError as e:
+        print(f"coding-agent-exporter: cannot use state_dir {cfg.resolved_state_dir()}: {e.strerror or e}",
+              file=sys.stderr)
+        return 2
+    routes = {AM_PATH: receiver_app(alerter, cfg, metrics, am_secret, bool(web.users))}
     from .mute_api import PATH_MUTES, PREFIX_PROJECTS, PREFIX_SESSIONS, mute_app
 
     mutes = mute_app(alerter.noise.mutes, daemon.store.session)
@@ -504,7 +512,10 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     try:
         server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,
                                                      cfg.web.request_timeout_seconds,
-                                                     cfg.web.keep_alive_timeout_seconds))
+                                                     cfg.web.keep_alive_timeout_seconds,
+                                                     cfg.web.body_timeout_seconds,
+                                                     max(cfg.hooks.max_body_bytes, cfg.alertmanager.max_body_bytes)),
+                       refused=metrics.http_refused)
     except OSError as e:
         hint = ""
         if e.errno == errno.EADDRINUSE:

@@ -252,6 +252,10 @@ class Web:
     header_timeout_seconds: float = 10.0
     #: Seconds from the head to the end of the response (the body included).
     request_timeout_seconds: float = 30.0
+    #: Seconds from the head to the end of the request body (the whole body,
+    #: not per read; at most three quarters of ``request_timeout_seconds``);
+    #: a body not in by then gets 408.
+    body_timeout_seconds: float = 10.0
     #: Seconds a connection may stay idle between requests.
     keep_alive_timeout_seconds: float = 5.0
 
@@ -285,6 +289,12 @@ class Alertmanager:
     tag_labels: list[str] = field(default_factory=lambda: ["severity", "project"])
     #: Larger webhook bodies are refused with 413 (bytes; 4 MiB).
     max_body_bytes: int = 4 * 1024 * 1024
+    #: A notification with more alerts is refused with 413 (Alertmanager's
+    #: ``webhook_configs.max_alerts`` keeps its notifications below it).
+    max_alerts: int = 100
+    #: Notifications must carry ``Authorization: Bearer`` and the secret of
+    #: ``state_dir/alertmanager-secret``, or pass ``basic_auth_users``.
+    auth: bool = True
 
 
 @dataclass
@@ -437,7 +447,7 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
         errors.append(f"{source}: sources.max_line_bytes: must be at least 1024")
     if cfg.web.max_connections < 1:
         errors.append(f"{source}: web.max_connections: must be at least 1")
-    for key in ("header_timeout_seconds", "request_timeout_seconds"):
+    for key in ("header_timeout_seconds", "request_timeout_seconds", "body_timeout_seconds"):
         if getattr(cfg.web, key) <= 0:
             errors.append(f"{source}: web.{key}: must be greater than 0")
     if cfg.reducer.evaluation_interval_seconds <= 0:
@@ -493,6 +503,8 @@ def _fleet_errors(cfg: Config, source: str) -> list[str]:
         elif parts.username is not None or parts.password is not None:
             errors.append(f"{source}: fleet.peers[{i}]: credentials do not go into the URL "
                           "(use fleet.username and fleet.password_file)")
+    if cfg.alertmanager.max_alerts < 1:
+        errors.append(f"{source}: alertmanager.max_alerts: must be at least 1")
     if cfg.fleet.poll_interval_seconds <= 0:
         errors.append(f"{source}: fleet.poll_interval_seconds: must be greater than 0")
     if cfg.fleet.timeout_seconds <= 0:

@@ -33,6 +33,20 @@ log = logging.getLogger(__name__)
 CHECKPOINT_EVERY_SECONDS = 5.0
 
 
+def _open_journal(cfg: Config):
+    """The state_dir's :class:`.hookjournal.HookJournal`, or None (logged)
+    when it cannot be opened: hooks are then answered before they are saved."""
+    from .hookjournal import HookJournal
+
+    try:
+        cfg.resolved_state_dir().mkdir(parents=True, exist_ok=True)
+        return HookJournal(cfg.resolved_state_dir())
+    except OSError as e:
+        log.error("cannot open the hook journal in %s: %s (hook events are acknowledged before they are saved)",
+                  cfg.resolved_state_dir(), e.strerror or e)
+        return None
+
+
 class Daemon:
     """Follows the configured roots and keeps the store current.
 
@@ -53,6 +67,8 @@ class Daemon:
         self.queue = ChangeQueue()
         #: Hook events from the HTTP threads, applied by the reader thread.
         self.hooks = HookInbox(self.metrics, self.queue.wake)
+        #: Hook deliveries on disk before their 2xx (state_dir/hook-journal.jsonl).
+        self.journal = self.hooks.journal = _open_journal(cfg)
         #: Claude Code's session registry, stepped by the reader thread.
         self.registry = Registry.from_config(cfg, self.metrics, self.queue.put, self.roots)
         #: The followed files: reads, the poll and the walk, the history index.
@@ -62,6 +78,7 @@ class Daemon:
         self.files.watcher = self.watcher
         #: Hook and registry evidence; its ``kept`` deliveries go with the checkpoint.
         self.evidence = Evidence(self.store, self.files, self.roots, self.metrics)
+        self.evidence.journal = self.journal  # its recovered deliveries are applied with the checkpoint's
         self.ready = threading.Event()
         self._stop = self.files.stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -101,11 +118,13 @@ class Daemon:
         self.registry.stop()
         if self._backfilled:
             self._save_checkpoint()
+        if self.journal is not None:
+            self.journal.close()
         # else: stopped during the start-up scan. The previous checkpoint (if
         # any) stays: what this run did not reach is still old history, not
         # news written while the exporter was down.
 
-    def _save_checkpoint(self, force: bool = False) -> None:
+    def _save_checkpoint(self, force: bool = False) -> bool:
         """Write what was read (path → [inode, offset]) and which sessions
         were still open, atomically; skipped when nothing changed (unless
         ``force``)."""
@@ -116,8 +135,8 @@ class Daemon:
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
         kept = self.evidence.kept
         acct = self.store.usage
-        self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
-                             (acct.version, acct.state))
+        return self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
+                                    (acct.version, acct.state))
 
     # -- worker ------------------------------------------------------------
     def _run(self) -> None:
@@ -132,7 +151,8 @@ class Daemon:
             # that this state_dir has run before, so that a crash before the
             # first periodic save does not make the next start take what was
             # written meanwhile for old history (and page none of it).
-            self._save_checkpoint(force=True)
+            if self._save_checkpoint(force=True) and self.journal is not None:
+                self.journal.done_recovered()  # the last run's journaled hooks are in the checkpoint now
         self.ready.set()
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
@@ -180,11 +200,15 @@ class Daemon:
         """Apply the hook deliveries received since the last round
         (:meth:`Evidence.apply_hooks`). True when there were any."""
         items = self.hooks.take()
+        taken = self.hooks.taken
+        saved = True
         if self.evidence.apply_hooks(items):
             # A wait only a hook knows of, or the end of one, outlives a
             # restart at once (after the alerter has seen it: its page).
             self._evaluate()
-            self._save_checkpoint()
+            saved = self._save_checkpoint()
+        if taken and saved and self.journal is not None:
+            self.journal.done(taken)  # in the checkpoint (or not worth one): their journal lines may go
         return bool(items)
 
     def _evaluate(self) -> None:

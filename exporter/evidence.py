@@ -74,7 +74,8 @@ class Evidence:
 
     def speaks_for(self, d) -> bool:
         """A hook delivery ``d`` may change a session: its ``transcript_path``
-        is a regular file (not a symlink) under a configured root, and that
+        is a regular file (not a symlink) under a configured root of the
+        delivery's own agent (a route takes only its agent's transcripts), and that
         file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
         Codex ``rollout-…-<id>.jsonl``) when it gives one, or the path
         names it as its agent lays its files out (the provider's
@@ -82,6 +83,8 @@ class Evidence:
         path = d.transcript_path
         found = self.roots.root_of(path) if self._ours(path) else None
         if found is None:
+            return False
+        if self.roots.root_of(d.transcript_path)[0] != d.provider:  # /hooks/codex naming a Claude transcript
             return False
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):

@@ -199,12 +199,21 @@ class HookInbox:
         self.metrics = metrics
         self._wake = wake or (lambda: None)
         self._items: collections.deque[HookDelivery] = collections.deque()
+        self._seqs: collections.deque[int] = collections.deque()  # each item's journal line (0: none)
         self._lock = threading.Lock()
+        #: The :class:`.hookjournal.HookJournal` a delivery is written to
+        #: before it is queued (None: not journaled).
+        self.journal = None
+        #: Journal lines of the deliveries last taken (:meth:`take`).
+        self.taken: list[int] = []
         self._spool_refused: str | None = None  # why the spool was last refused (logged once)
 
-    def receive(self, provider: str, body: bytes, received_at: float | None = None) -> str | None:
-        """Take one body; returns None when queued, else the error reason
-        (counted on ``coding_agent_hook_errors_total``)."""
+    def receive(self, provider: str, body: bytes, received_at: float | None = None, wait: bool = True) -> str | None:
+        """Take one body; returns None when queued (and, with a
+        :attr:`journal`, on disk), else the error reason (counted on
+        ``coding_agent_hook_errors_total``; ``unsaved``: the journal could
+        not be written). ``wait`` False: the journal line is queued, not
+        waited for (the spool, which waits once for all: :meth:`take_spool`)."""
         from .metrics import HOOK_EVENTS  # here: the hook command never loads prometheus-client
 
         now = time.time()
@@ -220,7 +229,15 @@ class HookInbox:
             if len(self._items) >= INBOX_MAX:
                 self.metrics.hook_errors.labels("too_large").inc()
                 return "too_large"
+        seq = 0
+        if self.journal is not None and d.event is not None:  # on disk before the 2xx (hookjournal.py)
+            seq = self.journal.write(to_record(d), wait=wait)
+            if not seq:
+                self.metrics.hook_errors.labels("unsaved").inc()
+                return "unsaved"
+        with self._lock:
             self._items.append(d)
+            self._seqs.append(seq)
         self._wake()
         return None
 
@@ -229,6 +246,8 @@ class HookInbox:
         with self._lock:
             items = list(self._items)
             self._items.clear()
+            self.taken = [q for q in self._seqs if q]
+            self._seqs.clear()
         return items
 
     def take_spool(self, state_dir: Path, max_age: float, max_body_bytes: int = 4 << 20) -> int:
@@ -287,8 +306,10 @@ class HookInbox:
             if max_age and now - at > max_age:
                 self.metrics.hook_errors.labels("expired").inc()
                 continue
-            if self.receive(provider, body, at) is None:
+            if self.receive(provider, body, at, wait=False) is None:
                 taken += 1
+        if taken and self.journal is not None:
+            self.journal.flush()  # one flush for every spooled body taken, not one each
         return taken
 
 
@@ -349,21 +370,21 @@ def _private(path: Path, st: os.stat_result, what: str) -> None:
                                            f"other users may use it (chmod {'700' if what.endswith('folder') else '600'} it)")
 
 
-def ensure_secret(state_dir: Path) -> str:
+def ensure_secret(state_dir: Path, name: str = SECRET_FILE) -> str:
     """The hook secret of ``state_dir`` (64 hex characters), made at the
     first call: 32 random bytes written to ``state_dir/hook-secret`` with
     mode 0600 (``state_dir`` made with 0700 if missing). Raises ``OSError``
     (its ``strerror`` says why) when it cannot be written or read, or the
     file is a symlink, another user's or readable by others."""
     state_dir = Path(state_dir)
-    path = state_dir / SECRET_FILE
+    path = state_dir / name
     try:
-        return read_secret(state_dir, missing_ok=False)
+        return read_secret(state_dir, missing_ok=False, name=name)
     except FileNotFoundError:
         pass
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = os.urandom(32).hex()
-    tmp = state_dir / f".{SECRET_FILE}.{os.getpid()}"
+    tmp = state_dir / f".{name}.{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
         with os.fdopen(fd, "w", encoding="ascii") as f:
@@ -374,15 +395,16 @@ def ensure_secret(state_dir: Path) -> str:
             pass
     finally:
         tmp.unlink(missing_ok=True)
-    return read_secret(state_dir, missing_ok=False)
+    return read_secret(state_dir, missing_ok=False, name=name)
 
 
-def read_secret(state_dir: Path, missing_ok: bool = True) -> str | None:
+def read_secret(state_dir: Path, missing_ok: bool = True, name: str = SECRET_FILE) -> str | None:
     """The hook secret in ``state_dir`` (see :func:`ensure_secret`); None
     when there is none yet (``missing_ok``, else ``FileNotFoundError``).
     Raises ``OSError`` for a symlink, another user's file or one others may
-    read, or one that does not hold a secret."""
-    path = Path(state_dir) / SECRET_FILE
+    read, or one that does not hold a secret. ``name``: another secret
+    file of the same kind (``alertmanager-secret``)."""
+    path = Path(state_dir) / name
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:

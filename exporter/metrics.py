@@ -24,16 +24,20 @@ HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse",
                "SessionEnd", "Interrupt", "other")
 #: Why a hook delivery was refused or skipped.
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
-                      "unreadable_spool", "expired", "unauthorized", "not_json_content_type")
+                      "unreadable_spool", "expired", "unauthorized", "not_json_content_type", "unsaved")
 #: Why a request was refused before any route saw it (``host``: a ``Host``
 #: not allowed, DNS rebinding; ``origin``: a browser's cross-origin request).
-HTTP_REFUSED_REASONS = ("host", "origin")
+#: ``body_timeout``: a body not complete within ``web.body_timeout_seconds``
+#: (408); ``body_budget``: too many body bytes held at once (503).
+HTTP_REFUSED_REASONS = ("host", "origin", "body_timeout", "body_budget")
 #: What the user was waiting to answer (``your_turn``: the turn had ended).
 USER_WAIT_REASONS = ("your_turn",) + WAIT_REASONS
 #: Outcomes of an Alertmanager notification: ``accepted`` (2xx: every alert
 #: in it is in the ledger), ``malformed`` (400), ``too_large`` (413),
 #: ``unavailable`` (503: ledger not writable or no Apprise target; Alertmanager retries).
-ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable")
+#: ``unauthorized`` (401: no or wrong credential), ``too_many_alerts`` (413:
+#: past ``alertmanager.max_alerts``).
+ALERTMANAGER_STATUSES = ("accepted", "malformed", "too_large", "unavailable", "unauthorized", "too_many_alerts")
 
 
 class Metrics:
@@ -81,7 +85,8 @@ class Metrics:
                                          "Pages not sent, by kind and reason (min_turn, presence, quiet_hours, "
                                          "muted, route, rate_limit).", ["kind", "reason"], registry=r)
         self.http_refused = Counter("coding_agent_http_requests_refused",
-                                    "HTTP requests refused before routing, by reason (host, origin).",
+                                    "HTTP requests refused before routing, by reason (host, origin, body_timeout, "
+                                    "body_budget).",
                                     ["reason"], registry=r)
         for reason in HTTP_REFUSED_REASONS:
             self.http_refused.labels(reason)

@@ -107,13 +107,14 @@ class Pager:
 
     def owed(self) -> dict[tuple[str, str], frozenset]:
         """Turn ends the ledger says are still owed a page ("pending": a
-        crash or stop came between the decision and the delivery):
+        crash or stop came between the decision and the delivery; "sending":
+        during the delivery, which may have reached the user):
         ``{(provider, session id): frozenset of turn keys}`` (completions and
         errors)."""
         out: dict[tuple[str, str], set] = {}
         for key, v in self.ledger.items():
             prov, sid = v.get("provider"), v.get("session_id")
-            if v.get("status") != "pending" or not isinstance(prov, str) or not isinstance(sid, str):
+            if v.get("status") not in ("pending", "sending") or not isinstance(prov, str) or not isinstance(sid, str):
                 continue
             for kind in ("completed", "error"):
                 head = f"{kind}:{prov}:{sid}:"

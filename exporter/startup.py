@@ -99,7 +99,11 @@ class StartUp:
         if self.stop.is_set():
             log.info("start-up scan stopped (%d files to read)", total)
             return
-        self.evidence.reapply(cp.hooks, self.cfg.metrics.session_ttl_seconds)
+        saved = cp.hooks
+        journal = getattr(self.evidence, "journal", None)
+        if journal is not None and journal.recovered:  # acknowledged by the last run, not yet in its checkpoint
+            saved = (saved if isinstance(saved, list) else []) + journal.recovered
+        self.evidence.reapply(saved, self.cfg.metrics.session_ttl_seconds)
         reading = time.monotonic() - reading
         read = 0
         for path, *_ in files + resumed:

@@ -157,15 +157,40 @@ def load_web_config(path: str | None) -> WebConfig:
     return WebConfig(cert, key, {str(u): h.encode() for u, h in users.items()}, context, headers)
 
 
+#: Seconds a successful basic-auth header is remembered (as a keyed digest).
+AUTH_CACHE_SECONDS = 60.0
+#: Headers remembered at most (the oldest go first).
+AUTH_CACHE_MAX = 1024
+#: bcrypt checks run at once (each takes a core for its cost's time; run at
+#: a lower CPU priority where the OS allows), and requests waiting for one;
+#: past that a request is refused with 401 at once.
+AUTH_HASHERS, AUTH_WAITING_MAX = 1, 16
+
+
+def _lower_priority() -> None:
+    """This thread runs at nice 10 (Linux: per thread), so that a
+    wrong-password flood's bcrypt yields the CPU to scrapes and hooks."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Auth:
-    """HTTP basic auth against bcrypt hashes. Successful credentials are
-    remembered as a SHA-256 digest (bcrypt is deliberately slow), never in
-    clear; an unknown user is checked against a dummy hash of the same cost."""
+    """HTTP basic auth against bcrypt hashes. Successful headers are
+    remembered for ``AUTH_CACHE_SECONDS`` as an HMAC-SHA-256 of the header
+    under a key made at start (bcrypt is deliberately slow; nothing in clear,
+    nothing an attacker could precompute); an unknown user is checked against
+    a dummy hash of the same cost. At most ``AUTH_HASHERS`` bcrypt checks
+    run at once (:meth:`check` waits for one; :func:`auth_gate` never lets
+    a request wait in a worker thread)."""
 
     def __init__(self, users: dict[str, bytes]):
         self.users = users
-        self._ok: set[bytes] = set()
+        self._ok: dict[bytes, float] = {}  # digest of a header -> monotonic expiry
+        self._key = os.urandom(32)
         self._lock = threading.Lock()
+        self._hashers = threading.BoundedSemaphore(AUTH_HASHERS)
         self._dummy = None
         if users:
             salt = next(iter(users.values()))[:29]  # $2b$NN$ + 22 salt characters: the same cost
@@ -174,8 +199,26 @@ class _Auth:
             except ValueError:
                 self._dummy = bcrypt.hashpw(b"x", bcrypt.gensalt())
 
-    def check(self, header: str | None) -> bool:
+    def _digest(self, header: str) -> bytes:
+        return hmac.new(self._key, header.encode("utf-8", "surrogateescape"), hashlib.sha256).digest()
+
+    def cached(self, header: str | None) -> bool:
+        """``header`` passed :meth:`check` less than ``AUTH_CACHE_SECONDS``
+        ago (or no users are configured). Cheap: no bcrypt."""
         if not self.users:
+            return True
+        if not header:
+            return False
+        key = self._digest(header)
+        with self._lock:
+            until = self._ok.get(key)
+            if until is not None and until < time.monotonic():
+                del self._ok[key]
+                until = None
+        return until is not None
+
+    def check(self, header: str | None) -> bool:
+        if self.cached(header):
             return True
         if not header or not header.startswith("Basic "):
             return False
@@ -185,19 +228,65 @@ class _Auth:
             return False
         if not sep:
             return False
-        key = hashlib.sha256(user.encode() + b"\0" + password.encode()).digest()
-        with self._lock:
-            if key in self._ok:
-                return True
         hashed = self.users.get(user)
-        try:
-            ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
-        except ValueError:  # e.g. longer than bcrypt's 72 bytes
-            return False
+        with self._hashers:
+            try:
+                ok = bcrypt.checkpw(password.encode(), hashed or self._dummy) and hashed is not None
+            except ValueError:  # e.g. longer than bcrypt's 72 bytes
+                return False
         if ok:
             with self._lock:
-                self._ok.add(key)
+                self._ok[self._digest(header)] = time.monotonic() + AUTH_CACHE_SECONDS
+                while len(self._ok) > AUTH_CACHE_MAX:
+                    del self._ok[next(iter(self._ok))]
         return ok
+
+
+def auth_gate(app, users: dict[str, bytes], headers: dict | None = None):
+    """ASGI middleware: basic auth (``users``: name -> bcrypt hash) before a
+    worker thread is taken. A header remembered by :meth:`_Auth.cached` passes
+    in the event loop; another is checked by bcrypt in a pool of
+    ``AUTH_HASHERS`` threads of its own, with at most ``AUTH_WAITING_MAX``
+    requests waiting; past that, and on a wrong password, 401 is answered
+    from the event loop. A wrong-password flood costs at most one core of
+    bcrypt (at nice 10) and never delays a scrape whose credentials passed before. Sets
+    ``scope["cae.authenticated"]`` for :func:`make_app`; ``headers`` go on
+    its 401 replies too (``http_server_config.headers``). Returns ``(app,
+    auth)``."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    auth = _Auth(users)
+    if not users:
+        return app, auth
+    pool = ThreadPoolExecutor(AUTH_HASHERS, thread_name_prefix="bcrypt", initializer=_lower_priority)
+    waiting = [0]
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+
+    async def gate(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        raw = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        header = raw.decode("latin-1") if raw is not None else None
+        ok = auth.cached(header)
+        if not ok and header and waiting[0] < AUTH_WAITING_MAX:
+            waiting[0] += 1
+            try:
+                ok = await asyncio.get_running_loop().run_in_executor(pool, auth.check, header)
+            finally:
+                waiting[0] -= 1
+        if not ok:
+            body = b"Unauthorized\n"
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Basic realm="coding-agent-exporter"'),
+                                    (b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
+                        + extra})
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope = dict(scope, **{"cae.authenticated": True})
+        return await app(scope, receive, send)
+
+    return gate, auth
 
 
 #: A refused hook body up to this size is read (and dropped) before the 413,
@@ -210,8 +299,9 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: f
     exactly as the agent sends it, with ``Content-Type: application/json``
     and, when ``secret`` is set, the secret in the ``X-Coding-Agent-Hook-Token``
     header (:data:`.hooks.TOKEN_HEADER`). Replies at once (the reader thread
-    applies it): 200 with an empty body when taken (Claude Code reads an
-    empty 2xx reply as success with no decision), 400 for a body that is not
+    applies it): 200 with an empty body when taken, only once it is on
+    disk (:mod:`.hookjournal`; Claude Code reads an empty 2xx reply as
+    success with no decision), 503 when it cannot be saved, 400 for a body that is not
     a hook event, 401 without the secret, 404 for an unknown agent, 405 for
     another method, 413 past ``max_body_bytes`` (not read), 415 for another
     content type (a browser's ``no-cors`` request can only send
@@ -282,6 +372,8 @@ def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: f
             return reply(start_response, "200 OK")
         if error == "too_large":
             return reply(start_response, "429 Too Many Requests", b"busy\n")
+        if error == "unsaved":
+            return reply(start_response, "503 Service Unavailable", b"cannot save the hook event\n")
         return reply(start_response, "400 Bad Request", f"not a hook event: {error}\n".encode())
 
     return app
@@ -418,7 +510,8 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
 
             def start_response(status, hdrs, exc_info=None):
                 return inner(status, list(hdrs) + extra, exc_info)
-        if not auth.check(environ.get("HTTP_AUTHORIZATION")):
+        if not (environ.get("asgi.scope") or {}).get("cae.authenticated") \
+                and not auth.check(environ.get("HTTP_AUTHORIZATION")):
             start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="coding-agent-exporter"'),
                                                  ("Content-Type", "text/plain")])
             return [b"Unauthorized\n"]
@@ -447,11 +540,17 @@ class Limits:
     ``keep_alive_timeout`` seconds idle between requests."""
 
     def __init__(self, max_connections: int = 500, header_timeout: float = 10.0, request_timeout: float = 30.0,
-                 keep_alive_timeout: float = 5.0):
+                 keep_alive_timeout: float = 5.0, body_timeout: float = 10.0, max_body_bytes: int = 4 << 20):
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.request_timeout = request_timeout
         self.keep_alive_timeout = keep_alive_timeout
+        #: Seconds from the head to the end of its body (at most three
+        #: quarters of ``request_timeout``, so the 408 goes out first).
+        self.body_timeout = min(body_timeout, request_timeout * 0.75)
+        #: Body bytes kept for a route (the largest route limit); more is
+        #: read and dropped, and the route answers 413 from the length.
+        self.max_body_bytes = max_body_bytes
 
 
 #: Listen backlog: connections the kernel queues before ``accept`` (a burst
@@ -463,6 +562,85 @@ APP_THREADS = 8
 #: this, so the backlog is set again after start): few, so that a flood can
 #: never take the descriptors kept for files before the cap closes some.
 ACCEPT_BATCH = 8
+
+
+#: Body bytes held at once by requests still receiving theirs (all
+#: connections together); past it a request gets 503 and is closed.
+BODY_BUDGET_BYTES = 64 << 20
+
+
+def whole_bodies(app, limits: Limits, refused=None):
+    """ASGI middleware: the request body is read whole in the event loop,
+    under one deadline for the body (``limits.body_timeout`` seconds, not per
+    read), before the WSGI app gets a thread. A body not complete within it
+    gets ``408 Request Timeout`` and the connection is closed (counted as
+    ``body_timeout`` on ``refused``, a ``Counter`` by reason): a client
+    trickling a byte a second holds a descriptor, never one of the
+    ``APP_THREADS``. Up to ``limits.max_body_bytes + 1`` bytes are kept (the
+    route refuses larger ones with 413); the rest is read and dropped, up to
+    ``_DRAIN_MAX_BYTES`` (so the sender sees the 413; a larger declared
+    length is not read at all). All requests together keep at most
+    ``BODY_BUDGET_BYTES`` (then 503). uvicorn has no body deadline of its
+    own; its ``receive`` is awaited here under ``asyncio.timeout``."""
+    import asyncio
+
+    held = [0]
+    keep = limits.max_body_bytes + 1
+
+    async def refuse(send, status: int, reason: str, text: bytes):
+        if refused is not None:
+            refused.labels(reason).inc()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": text})
+
+    async def middleware(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
+        if declared.isdigit() and int(declared) > _DRAIN_MAX_BYTES:
+            return await app(scope, _replay(b"", receive), send)  # 413 from the length, nothing read
+        parts, kept, read, more = [], 0, 0, True
+        try:
+            async with asyncio.timeout(limits.body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    chunk = message.get("body", b"")
+                    more = message.get("more_body", False)
+                    read += len(chunk)
+                    if kept < keep and chunk:
+                        chunk = chunk[:keep - kept]
+                        if held[0] + len(chunk) > BODY_BUDGET_BYTES:
+                            return await refuse(send, 503, "body_budget", b"busy: too many bodies at once\n")
+                        parts.append(chunk)
+                        kept += len(chunk)
+                        held[0] += len(chunk)
+                    if read > _DRAIN_MAX_BYTES:
+                        break
+        except TimeoutError:
+            return await refuse(send, 408, "body_timeout", b"request body not complete in time\n")
+        finally:
+            held[0] -= kept
+        await app(scope, _replay(b"".join(parts), receive), send)
+
+    return middleware
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that gives ``body`` as the whole request body,
+    then passes on to the server's (a disconnect)."""
+    given = [False]
+
+    async def replay():
+        if not given[0]:
+            given[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 class _QuietUvicorn(logging.Filter):
@@ -585,7 +763,7 @@ def parse_listen_address(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Server:
+def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refused=None) -> Server:
     """Start serving the WSGI ``app`` in a daemon thread; returns the
     :class:`Server`. Raises ``OSError`` when the address is taken.
 
@@ -595,7 +773,9 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Se
     byte a second: a thread pool's GET timed out after 20 s, uvicorn's took
     2 ms). Chunked request bodies, keep-alive and the TLS handshake (in the
     event loop: a silent client blocks nobody) come with it; the TLS context
-    is ours (:func:`load_web_config`: client certificates, versions)."""
+    is ours (:func:`load_web_config`: client certificates, versions).
+    Bodies are read whole in the event loop before a thread runs the app
+    (:func:`whole_bodies`); ``refused`` counts its refusals."""
     import socket
 
     import uvicorn
@@ -614,7 +794,9 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None) -> Se
         raise
     sock.setblocking(False)
     cap = connection_cap(limits.max_connections)
-    config = uvicorn.Config(WSGIMiddleware(app, workers=APP_THREADS), http=_protocol_class(limits, cap),
+    gated, _auth = auth_gate(whole_bodies(WSGIMiddleware(app, workers=APP_THREADS), limits, refused), web.users,
+                               web.headers)
+    config = uvicorn.Config(gated, http=_protocol_class(limits, cap),
                             lifespan="off", log_config=None, access_log=False, backlog=ACCEPT_BATCH,
                             timeout_keep_alive=limits.keep_alive_timeout or 0.001, server_header=False, date_header=False, interface="asgi3", ws="none",
                             h11_max_incomplete_event_size=64 * 1024, timeout_graceful_shutdown=2)

@@ -33,7 +33,9 @@ from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, R
                                     wait_for, write)
 
 SETTLE = 2.0
-CONFIG = {"alerts": {"settle_seconds": SETTLE}}
+#: No page rate limit: the loop's sessions end more turns an hour than
+#: alerts.max_pages_per_session allows, and the limit outlives restarts.
+CONFIG = {"alerts": {"settle_seconds": SETTLE, "max_pages_per_session": 0}}
 
 
 def _session(root: Path, agent: str, sid_tail: str):

@@ -86,8 +86,10 @@ def am_alert(fingerprint: str = "5e1f7c0a9b3d2e41", starts: str = "2026-12-01T09
 
 def post(exporter: Exporter, body, path: str = "/hooks/alertmanager", headers: dict | None = None) -> int:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    secret = exporter.root / "state" / "alertmanager-secret"
+    auth = {"Authorization": "Bearer " + secret.read_text().strip()} if secret.exists() else {}
     req = urllib.request.Request(f"http://127.0.0.1:{exporter.port}{path}", data=data, method="POST",
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+                                 headers={"Content-Type": "application/json", **auth, **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=10) as r:
             return r.status

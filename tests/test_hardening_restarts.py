@@ -130,7 +130,8 @@ def test_kill9_at_random_moments_loses_and_repeats_no_page(tmp_path):
     (root / "claude" / "projects").mkdir(parents=True)
     (root / "codex" / "sessions").mkdir(parents=True)
     writer = Writer(root, n=6, seed=seed)
-    exp = Daemon(root, receiver=receiver).start()
+    unlimited = {"alerts": {"max_pages_per_session": 0}}  # more turn ends an hour than the limit; it outlives restarts
+    exp = Daemon(root, receiver=receiver, config=unlimited).start()
     writer.up_since = time.time()
     writer.start()
     kills = []
@@ -149,7 +150,7 @@ def test_kill9_at_random_moments_loses_and_repeats_no_page(tmp_path):
             writer.up_since = None
             kills.append(time.time())
             time.sleep(rng.uniform(0, 1.0))  # down a moment; the sessions go on
-            exp = Daemon(root, receiver=receiver).start()
+            exp = Daemon(root, receiver=receiver, config=unlimited).start()
             writer.up_since = time.time()
         writer.stop_flag.set()
         writer.join(timeout=60)
