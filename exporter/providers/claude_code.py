@@ -80,6 +80,8 @@ from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, ST
 
 NAME = "claude_code"
 LABEL = "Claude Code"
+#: The command that resumes a session in its working directory: `claude --resume <session id>` (Claude Code CLI reference, `-r`/`--resume`).
+RESUME = "claude --resume {id}"
 #: Every record names its session (``sessionId``, ``cwd``): a file followed
 #: from its end needs nothing from its beginning.
 SESSION_IN_FIRST_RECORD = False

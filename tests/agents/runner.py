@@ -43,7 +43,7 @@ TESTS = HERE.parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(HERE))
 
-from harness import Exporter, Receiver  # noqa: E402
+from harness import Exporter, Receiver, merge  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
 
 MODEL_PORT = 8765
@@ -117,10 +117,10 @@ class Run:
             env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(self.out / "requests.jsonl"),
                  **{k: str(v) for k, v in self.scn.model_env.items()}})
         self.receiver = Receiver()
-        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config={
+        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
                                            "claude_code": {"paths": [str(roots["claude_code"])]},
-                                           "codex": {"paths": [str(roots["codex"])]}}})
+                                           "codex": {"paths": [str(roots["codex"])]}}}, self.scn.config))
         self.exporter.start()
         for _ in range(100):
             try:

@@ -48,6 +48,8 @@ class Scenario:
     slow: bool = False
     needs: str | None = None
     what: str = ""
+    #: Exporter config merged over the runner's (e.g. ``{"alerts": {"presence_delay_seconds": 10}}``).
+    config: dict = field(default_factory=dict)
 
     @property
     def ready(self) -> str:
@@ -208,12 +210,28 @@ def _all() -> list[Scenario]:
             # (2.1.332 tells it through Notification agent_needs_input; the dialog's default answer
             # moved between runs, "No" or "Yes", so the scenario ends at the page)
             ("expect", "waiting", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("claude_presence_next_prompt", C, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         # -- Codex ----------------------------------------------------------------------
         Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
             ("expect", "completed", ["completed"], 15),
             ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
             ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("codex_presence_next_prompt", X, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         Scenario("codex_tool_call", X, "print", prompt="List the files here. SCN_BASH", what="exec: a tool call",
                  steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("codex_approval_allow", X, "tui", what="an approval answered (hooks)", steps=[
