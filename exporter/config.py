@@ -88,6 +88,11 @@ class Reducer:
     #: ``api_retry_grace_seconds`` more); a later wakeup pages at once, naming
     #: its time.
     wakeup_hold_seconds: float = 900.0
+    #: A Claude Code ``Stop`` hook of the exporter's own while the user's settings
+    #: name other Stop hooks: the turn reads ``working`` until Claude Code writes
+    #: ``stop_hook_summary`` (every Stop hook done), or at most this long
+    #: (Claude Code's own default hook timeout is 600 s).
+    stop_hook_wait_seconds: float = 600.0
     #: Seconds between evaluations of the time-based rules.
     evaluation_interval_seconds: float = 1.0
 

@@ -166,6 +166,8 @@ hooks = true
 [projects."{self.work}"]
 trust_level = "trusted"
 ''')
+        if claude:
+            self.user_settings()
         if self.scn.hooks:
             agent_file = (self.home / ".claude" / "settings.json") if claude else (self.home / ".codex" / "hooks.json")
             r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent",
@@ -174,6 +176,20 @@ trust_level = "trusted"
                                capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")
+
+    def user_settings(self):
+        """The user's own Claude Code settings of the scenario (``Scenario.settings``)."""
+        where = {"user": self.home / ".claude" / "settings.json",
+                 "project": self.work / ".claude" / "settings.json",
+                 "local": self.work / ".claude" / "settings.local.json"}
+        for key, conf in self.scn.settings.items():
+            path = where[key]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                have = json.loads(path.read_text())
+            except (OSError, ValueError):
+                have = {}
+            path.write_text(json.dumps({**have, **conf}, indent=1) + "\n")
 
     def env(self) -> dict:
         e = {"HOME": str(self.home), "PATH": f"{self.bindir}:/usr/local/bin:/usr/bin:/bin",
@@ -309,6 +325,12 @@ trust_level = "trusted"
             self.exporter.stop()
         elif kind == "exporter_start":
             self.exporter.start()
+        elif kind == "pages":
+            want, deadline = list(st[1]), time.time() + st[2]
+            while time.time() < deadline:
+                time.sleep(0.1)
+            got = [p["kind"] for p in self.pages()]
+            self.note("pages so far", want, got, got == want)
         elif kind == "kill":
             pid = self.agent_pid()
             for p in [pid, *children(pid)]:
