@@ -506,13 +506,16 @@ def make_reader(cfg, metrics=None, session_ttl: float = 0) -> tuple:
     """``(SessionStore, FileTable)`` configured from ``cfg`` (a
     :class:`~.config.Config`; ``session_ttl``: 0 for scans, which show every
     session however old)."""
-    from .metrics import Metrics
     from .reducer import Timing
     from .store import SessionStore
 
+    if metrics is None:
+        from .metrics import Metrics
+
+        metrics = Metrics()
     r = cfg.reducer
     store = SessionStore(
-        metrics or Metrics(),
+        metrics,
         Timing(r.inferred_settle_seconds, r.marker_wait_seconds, r.stall_after_seconds, r.api_retry_grace_seconds,
                r.wakeup_hold_seconds, r.stop_hook_wait_seconds),
         cfg.metrics.project_label,

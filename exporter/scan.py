@@ -21,6 +21,37 @@ from .store import SessionStore
 log = logging.getLogger(__name__)
 
 
+class _Discard:
+    """An instrument that keeps nothing (``labels()`` gives itself)."""
+
+    __slots__ = ()
+
+    def labels(self, *_a, **_k):
+        return self
+
+    def inc(self, *_a, **_k) -> None:
+        pass
+
+    observe = set = dec = inc
+
+
+class _NoMetrics:
+    """The store's metrics for ``scan``, which shows none: every instrument
+    is a :class:`_Discard`. prometheus-client's import and the ~400 children
+    :class:`~.metrics.Metrics` makes at 0 were a fifth of a scan's start-up,
+    which no worker shares (docs/performance.md)."""
+
+    def __getattr__(self, name: str) -> _Discard:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        setattr(self, name, _DISCARD)
+        return _DISCARD
+
+
+_DISCARD = _Discard()
+NO_METRICS = _NoMetrics()
+
+
 def _discover(paths: list[str], cfg: Config, provider: str | None):
     """``(path, provider, root, size)`` of every file to read, in order.
     ``provider`` is ``None`` where only the records can tell (the reader
@@ -59,7 +90,7 @@ def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float |
     n = parallel.worth_forking(files, workers)
 
     def make():
-        store, table = make_reader(cfg)
+        store, table = make_reader(cfg, NO_METRICS)
         store.usage_hours = by_hour
         return store, table
 

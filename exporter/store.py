@@ -18,13 +18,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import ingest
 from .identity import Identity
-from .metrics import Metrics
 from .names import OPEN_STATES
 from .reducer import SessionReducer, Status, Timing
 from .usage import Accounting, Tally
+
+if TYPE_CHECKING:  # (prometheus-client is not imported by ``scan``)
+    from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 

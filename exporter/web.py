@@ -36,10 +36,10 @@ import time
 
 import bcrypt
 import yaml
-from prometheus_client import make_wsgi_app
 
 from . import __version__
 from .config import ConfigError
+from .exposition import wsgi_app as metrics_wsgi_app
 
 log = logging.getLogger(__name__)
 
@@ -466,7 +466,7 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
     (:class:`HostCheck`; default: loopback names and IP addresses only): a
     ``Host`` not allowed gets 421, a foreign ``Origin`` 403, both counted on
     ``refused`` (a ``Counter`` labelled by reason) when given."""
-    metrics_app = _head_as_get(make_wsgi_app(registry))
+    metrics_app = _head_as_get(metrics_wsgi_app(registry))  # prometheus-client's output, from cached line prefixes
     auth = _Auth(users or {})
     check = host_check or HostCheck()
     extra = list((headers or {}).items())
