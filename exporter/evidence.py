@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .hooklog import HookLog
 from .hooks import HookDelivery, from_record
+from .providers import PROVIDER_MODULES
 
 log = logging.getLogger("exporter.daemon")
 
@@ -70,7 +71,8 @@ class Evidence:
         """A hook delivery ``d`` may change a session: its ``transcript_path``
         is a regular file (not a symlink) under a configured root, and that
         file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
-        Codex ``rollout-…-<id>.jsonl``) when it gives one."""
+        Codex ``rollout-…-<id>.jsonl``; a provider's ``transcript_names``
+        where the name holds less: Gemini CLI) when it gives one."""
         if not self._ours(d.transcript_path):
             return False
         try:
@@ -78,7 +80,12 @@ class Evidence:
                 return False
         except OSError:
             return False
-        return d.session_id is None or d.session_id in os.path.basename(d.transcript_path)
+        if d.session_id is None:
+            return True
+        names = getattr(PROVIDER_MODULES.get(d.provider), "transcript_names", None)  # (Gemini CLI: its first 8)
+        if names is not None:
+            return names(d.session_id, d.transcript_path)
+        return d.session_id in os.path.basename(d.transcript_path)
 
     def _ours(self, path: str | None) -> bool:
         """``path`` (a hook's ``transcript_path``) lies under a configured root."""

@@ -132,7 +132,7 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
 
 
 #: ``Event`` fields a saved delivery keeps (what ``project_hook`` sets).
-_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id")
+_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id", "open_only")
 
 
 def to_record(d: HookDelivery) -> dict:
@@ -179,6 +179,7 @@ def from_record(rec, now: float) -> HookDelivery | None:
         return None
     ev = Event(kind, ts=float(ts), detail=fields["detail"], reason=fields["reason"], tool=fields["tool"],
                error_kind=fields["error_kind"], final=final, turn_id=fields["turn_id"])
+    ev.open_only = rec.get("open_only") is True  # (saved since Gemini CLI's AfterAgent)
     return HookDelivery(rec["provider"], fields["name"] or "", sid, path, _str(rec, "cwd"), ev, fields["ident"])
 
 

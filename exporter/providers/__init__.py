@@ -1,6 +1,6 @@
 """The providers: one module per agent, each knowing its transcripts' layout
 and records (see :mod:`.claude_code`, :mod:`.codex`, :mod:`.copilot_cli`,
-:mod:`.pi`)."""
+:mod:`.pi`, :mod:`.gemini_cli`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from types import ModuleType
 
 from ..decode import LineError, decode_line
 
-from . import claude_code, codex, copilot_cli, pi
+from . import claude_code, codex, copilot_cli, gemini_cli, pi
 
 #: Provider name (as in labels and config keys) → its module.
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex,
-                                           copilot_cli.NAME: copilot_cli, pi.NAME: pi}
+                                           copilot_cli.NAME: copilot_cli, pi.NAME: pi,
+                                           gemini_cli.NAME: gemini_cli}
 
 
 def sniff(path: str, max_lines: int = 50) -> str | None:
