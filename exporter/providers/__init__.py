@@ -16,6 +16,12 @@ PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.
                                            gemini_cli.NAME: gemini_cli}
 
 
+#: The order ``sniff`` asks the providers in: the most specific test first (a Gemini CLI metadata line
+#: has a ``sessionId``, which Claude Code's test takes for its own).
+_SNIFF_ORDER: dict[str, ModuleType] = {gemini_cli.NAME: gemini_cli,
+                                       **{k: v for k, v in PROVIDER_MODULES.items() if k != gemini_cli.NAME}}
+
+
 def sniff(path: str, max_lines: int = 50) -> str | None:
     """Guess a file's provider from its first ``max_lines`` records (each
     provider's ``sniff(record)``); None: no idea, or the file cannot be
@@ -32,7 +38,7 @@ def sniff(path: str, max_lines: int = 50) -> str | None:
                     continue
                 if not obj:
                     continue
-                for name, mod in PROVIDER_MODULES.items():
+                for name, mod in _SNIFF_ORDER.items():
                     if mod.sniff(obj):
                         return name
     except OSError:
