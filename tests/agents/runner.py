@@ -43,6 +43,8 @@ TESTS = HERE.parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(HERE))
 
+import harness  # noqa: E402
+import gemini  # noqa: E402
 from harness import Exporter, Receiver  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
 
@@ -108,6 +110,8 @@ class Run:
             shutil.rmtree(self.home)
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "notes.txt").write_text("a file for the agent to list\n")
+        if self.scn.agent == "gemini_cli":
+            return gemini.setup(self, EXPORTER_CONFIG, harness)
         claude = self.scn.agent == "claude_code"
         roots = {"claude_code": self.home / ".claude" / "projects", "codex": self.home / ".codex" / "sessions"}
         for r in roots.values():
@@ -176,6 +180,8 @@ trust_level = "trusted"
                 raise Failed(f"hooks install failed: {r.stderr}")
 
     def env(self) -> dict:
+        if self.scn.agent == "gemini_cli":
+            return gemini.env(self)
         e = {"HOME": str(self.home), "PATH": f"{self.bindir}:/usr/local/bin:/usr/bin:/bin",
              "TERM": "xterm-256color", "LANG": "C.UTF-8", "USER": "agent", "SHELL": "/bin/bash", **QUIET_ENV}
         if self.scn.agent == "claude_code":
@@ -187,6 +193,8 @@ trust_level = "trusted"
 
     def argv(self) -> list[str]:
         a = self.scn
+        if a.agent == "gemini_cli":
+            return gemini.argv(self)
         if a.agent == "claude_code":
             return ["claude", *a.args, *(["-p", a.prompt] if a.mode == "print" else [])]
         if a.mode == "print":
@@ -316,6 +324,8 @@ trust_level = "trusted"
                     os.kill(p, signal.SIGKILL)
                 except (ProcessLookupError, TypeError):
                     pass
+        elif kind == "call":  # an agent's own step (tests/agents/gemini.py: resume, next_minute)
+            st[1](self, *st[2:])
         elif kind == "exited":
             deadline = time.time() + st[1]
             while time.time() < deadline and not self.agent_exited():
@@ -332,7 +342,7 @@ trust_level = "trusted"
             return res
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
         try:
-            exe = self.bindir / ("claude" if self.scn.agent == "claude_code" else "codex")
+            exe = self.bindir / {"claude_code": "claude", "gemini_cli": gemini.BIN}.get(self.scn.agent, "codex")
             self.version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60,
                                           env={"HOME": str(self.out), "PATH": "/usr/bin:/bin",
                                                **QUIET_ENV}).stdout.strip()
