@@ -141,3 +141,51 @@ def backfill(run: str, root: Path) -> tuple[list[str], dict | None]:
         pager.observe(store.evaluate(t), t)
         pages += [p.kind for p in pager.due(t)]
     return pages, _row(store, now + 60)
+
+
+_ISO = __import__("re").compile(rb'"(20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z"')
+
+
+def shifted(data: bytes, delta: float) -> bytes:
+    """``data`` with every ISO timestamp moved by ``delta`` seconds (the same length: offsets hold)."""
+    from datetime import datetime, timedelta, timezone
+
+    def move(m):
+        t = datetime.strptime(m.group(1).decode(), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=timezone.utc)
+        return b'"' + (t + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3].encode() + b'Z"'
+
+    return _ISO.sub(move, data)
+
+
+def live(run: str, root: Path, exporter, post, state) -> dict:
+    """Play fixture ``run`` at its recorded pace against a running exporter: file changes written at
+    their times (timestamps moved to now), hook bodies handed to ``post(body)``; ``state(label)`` is
+    read at each screen. Returns ``{screen: state}``."""
+    import time as _time
+
+    src = FIXTURES / run
+    tl = json.loads((src / "timeline.json").read_text())
+    start = _time.time() + 0.5
+    delta = start - (tl["t0"] + tl["events"][0][0])
+    data = {str(p.relative_to(src / "files")): shifted(p.read_bytes(), delta) for p in (src / "files").rglob("*.jsonl")}
+    snaps = {}
+    first = tl["events"][0][0]
+    for ev in tl["events"]:
+        wait = start + ev[0] - first - _time.time()
+        if wait > 0:
+            _time.sleep(wait)
+        if ev[1] == "file":
+            path = root / ev[2]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            have = path.stat().st_size if path.exists() else 0
+            with open(path, "ab") as f:
+                f.write(data[ev[2]][have:ev[3]])
+        elif ev[1] == "deleted":
+            (root / ev[2]).unlink(missing_ok=True)
+        elif ev[1] == "hook":
+            body = dict(ev[2])
+            body["transcript_path"] = body["transcript_path"].replace(RECORDED_TMP, str(root) + "/")
+            post(body)
+        elif ev[1] == "snap":
+            snaps[ev[2]] = state(ev[2])
+    return snaps

@@ -372,3 +372,70 @@ def test_scan_provider_gemini_cli(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = [json.loads(ln) for ln in p.stdout.splitlines()]
     assert [(r["provider"], r["project"], r["state"]) for r in rows] == [("gemini_cli", "proj", "completed")]
+
+
+def test_print_mode_rollback_is_an_error_once_the_process_ended():
+    """``-p`` writes only a rollback of its prompt and exits 1: the turn reads ``working`` while the file
+    may still be deleted (no prompt survived), ``error`` at once when ``SessionEnd`` says the CLI is gone,
+    else after ``api_retry_grace_seconds``."""
+    from coding_agent_exporter.reducer import SessionReducer, Timing
+
+    r, dec = SessionReducer(Timing(retry_grace=30.0)), gemini_cli.FileDecoder()
+    recs = [{"sessionId": "s", "projectHash": "h", "startTime": "2026-12-01T19:00:00Z"},
+            {"id": "u1", "timestamp": "2026-12-01T19:00:01Z", "type": "user", "content": [{"text": "Hi"}]},
+            {"$set": {"messages": []}}]
+    for i, o in enumerate(recs):
+        ev = dec.project(o)
+        ev.ts = ev.ts or 1796151602.0
+        r.apply(ev, i, True, f"k{i}")
+    assert r.status(1796151603.0, 1796151602.0).state == "working"
+    assert r.status(1796151640.0, 1796151602.0).state == "error"
+    r.apply(gemini_cli.project_hook("SessionEnd", {}, 1796151602.5), 9, True, "end")
+    st = r.status(1796151603.0, 1796151602.5)
+    assert (st.state, st.error_kind) == ("error", "api_error")
+
+
+@pytest.mark.parametrize("run", ["tui_esc_streaming", "tui_err400"])
+def test_recorded_run_played_live_against_the_exporter(run, tmp_path):
+    """The real exporter (file events, the hook route), the run's files written and its hooks POSTed at
+    their recorded pace: the screens' states and the pages as in the replay."""
+    from gemini_replay import live
+
+    receiver = Receiver()
+    exp = Exporter(tmp_path, receiver=receiver, config={
+        "reducer": {"inferred_settle_seconds": 1.5, "api_retry_grace_seconds": 1.5},
+        "alerts": {"settle_seconds": 1.0, "max_age_seconds": 0}}).start()
+    url = f"http://127.0.0.1:{exp.port}"
+
+    def post(body):
+        req = urllib.request.Request(f"{url}/hooks/gemini_cli", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **exp.hook_headers()})
+        urllib.request.urlopen(req, timeout=5).read()
+
+    _, hook_pages, screens = EXPECT[run]
+
+    def state(label):
+        """The row within a second of the screen (a new folder's watch and the file event take a moment)."""
+        deadline = time.time() + 1.0
+        while True:
+            rows = json.load(urllib.request.urlopen(f"{url}/api/v1/sessions", timeout=5))["sessions"]
+            rows = [r for r in rows if r["provider"] == "gemini_cli"]
+            out = None
+            if rows:
+                out = {"state": rows[0]["state"]}
+                if rows[0]["error_kind"]:
+                    out["error_kind"] = rows[0]["error_kind"]
+            if out == screens[label][1] or time.time() > deadline:
+                return out
+            time.sleep(0.05)
+
+    try:
+        snaps = live(run, tmp_path / "gemini" / "tmp", exp, post, state)
+        time.sleep(4)
+        assert snaps == {k: v[1] for k, v in screens.items()}
+        kinds = ["completed" if m["title"].endswith("your turn") else "error" if ": stopped on " in m["title"]
+                 else "waiting" for m in receiver.messages]
+        assert kinds == hook_pages
+    finally:
+        exp.stop()
+        receiver.close()
