@@ -93,3 +93,18 @@ def next_minute(run) -> None:
     file's name: Gemini CLI writes a stub file with the same sessionId)."""
     now = time.time()
     time.sleep(60 - now % 60 + 1)
+
+
+def type_(run, text: str) -> None:
+    """Type ``text`` and Enter; Enter again while the input box still holds it (Gemini CLI drops an
+    Enter while it is still loading a session or settling after Esc): the placeholder ``Type your
+    message`` comes back once the prompt is taken, also while the turn runs."""
+    run.tmuxc("send-keys", "-t", "s", "-l", text)
+    time.sleep(0.4)
+    for _ in range(1 if text.startswith("/") else 4):  # (/quit: the CLI is gone after it)
+        run.tmuxc("send-keys", "-t", "s", "Enter")
+        deadline = time.time() + 4
+        while time.time() < deadline:
+            if READY in "\n".join(run.pane().splitlines()[-12:]):
+                return
+            time.sleep(0.2)

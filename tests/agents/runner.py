@@ -291,7 +291,9 @@ trust_level = "trusted"
     # -- steps --------------------------------------------------------------------
     def do(self, st: tuple):
         kind = st[0]
-        if kind == "type":
+        if kind == "type" and self.scn.agent == "gemini_cli":
+            gemini.type_(self, st[1])
+        elif kind == "type":
             self.tmuxc("send-keys", "-t", "s", "-l", st[1])
             time.sleep(0.4)
             self.tmuxc("send-keys", "-t", "s", "Enter")
