@@ -208,7 +208,11 @@ class FileDecoder:
         self._last = None  # kind of the last main-thread event given
 
     def project(self, obj: dict) -> Event | None:
-        """One decoded record to an :class:`Event` (``None`` to ignore it)."""
+        """One decoded record to an :class:`Event` (``None`` to ignore it: the ``$set lastUpdated``
+        written after every message, half of the lines, says nothing)."""
+        upd = obj.get("$set")
+        if upd is not None and len(upd) == 1 and "lastUpdated" in upd:
+            return None
         mid = obj.get("id")
         if isinstance(mid, str):
             ev = self._message(obj, mid)
@@ -216,7 +220,6 @@ class FileDecoder:
             ev = self._metadata(obj)
         else:
             ev = Event(META)
-            upd = obj.get("$set")
             if isinstance(upd, dict) and isinstance(upd.get("sessionId"), str):
                 self._resumed(ev)  # (a resume in a later minute writes no second metadata line here)
             if isinstance(upd, dict) and isinstance(upd.get("messages"), list) and ev.kind == META:
