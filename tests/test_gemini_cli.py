@@ -439,3 +439,19 @@ def test_recorded_run_played_live_against_the_exporter(run, tmp_path):
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_records_of_unforeseen_shapes_are_skipped_not_raised(tmp_path):
+    """Bad lines in a session file: counted and skipped; the session's state goes on."""
+    root = tmp_path / ".gemini" / "tmp"
+    path = _place("tui_text_two_turns", root, upto=6)
+    with open(path, "ab") as f:
+        for bad in (b'{"$set": 7}', b'{"$set": {"messages": "x"}}', b'{"$rewindTo": 3}', b'{"id": 5, "type": "user"}',
+                    b'{"id": "z", "type": "bogus", "content": {"a": 1}, "toolCalls": "no"}', b'[1, 2]', b'{"id'):
+            f.write(bad + b"\n")
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+    p = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--provider", "gemini_cli", "--json",
+                        str(root)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    (row,) = [json.loads(ln) for ln in p.stdout.splitlines()]
+    assert row["state"] == "completed" and row["counters"]["parse_errors"] >= 2

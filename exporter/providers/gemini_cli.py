@@ -190,8 +190,8 @@ class FileDecoder:
       stands only once the file stayed (the CLI deletes a session file in
       which no prompt survived: that pages nothing);
     - a resume (a second metadata line, ``$set sessionId``) ends what the
-      previous process left:
-      an answer as the turn's end, an unfinished turn as interrupted.
+      previous process left: an answer as the turn's end, an unfinished
+      turn as interrupted.
 
     ``sidechain_file``: a subagent's file (every event is sidechain);
     ``file_session``: its parent's sessionId (the folder's name).
@@ -211,7 +211,7 @@ class FileDecoder:
         """One decoded record to an :class:`Event` (``None`` to ignore it: the ``$set lastUpdated``
         written after every message, half of the lines, says nothing)."""
         upd = obj.get("$set")
-        if upd is not None and len(upd) == 1 and "lastUpdated" in upd:
+        if type(upd) is dict and len(upd) == 1 and "lastUpdated" in upd:
             return None
         mid = obj.get("id")
         if isinstance(mid, str):

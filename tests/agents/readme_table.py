@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BEGIN, END = "<!-- agents-table:begin -->", "<!-- agents-table:end -->"
-LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI"}
+LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI", "gemini_cli": "Gemini CLI"}
 
 
 def table(data: dict) -> str:
