@@ -90,7 +90,7 @@ def test_sessions_and_health_api(tmp_path):
         sessions = get_json(exp.port, "/api/v1/sessions")
         assert sessions["states"] == list(STATES) and "waiting" in sessions["states"]
         assert sessions["agents"] == {"claude_code": "Claude Code", "codex": "Codex", "copilot_cli": "Copilot CLI",
-                                      "pi": "Pi"}
+                                      "pi": "Pi", "gemini_cli": "Gemini CLI"}
         assert sessions["ready"] is True and sessions["sessions_dropped"] == 0
         assert abs(sessions["now"] - time.time()) < 5
         rows = sessions["sessions"]
