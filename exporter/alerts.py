@@ -527,9 +527,34 @@ class Alerter:
         elif st.state == "waiting":
             # A tool name comes from a hook body: data, quoted and bounded, never the title (issue 22).
             lines.append(f"Waiting for: {st.reason}" + (f" (tool {json.dumps(st.tool[:64])})" if st.tool else ""))
+        if self.a.include_cost and st.state == "completed":
+            lines.append(self._cost_line(s))
         if self.a.include_excerpt and s.reducer.last_text:
             text = s.reducer.last_text.strip()
             n = self.a.excerpt_chars
             lines.append("")
             lines.append(text if len(text) <= n else text[: max(0, n - 1)] + "…")
         return title, "\n".join(lines)
+
+    def _cost_line(self, s: Session) -> str:
+        """``alerts.include_cost``: what the turn cost, as the session's cost
+        (exporter.usage) now less at its previous completion page in this
+        run; the session's cost so far when there was none (the first page,
+        or after a restart)."""
+        from .usage import prices_from_config
+
+        prices = getattr(self, "_prices", None)
+        if prices is None:
+            prices = self._prices = prices_from_config(self.cfg)
+            self._costs: dict = {}
+        now = s.usage.cost(prices)
+        if now is None:
+            return "Cost: unknown (no price for the model)"
+        key = (s.provider, s.session_id)
+        before = self._costs.pop(key, None)
+        self._costs[key] = now
+        if len(self._costs) > 4096:
+            del self._costs[next(iter(self._costs))]
+        if before is None:
+            return f"Cost: ${now:.2f} session so far"
+        return f"Cost: ${max(0.0, now - before):.2f} this turn (${now:.2f} session)"

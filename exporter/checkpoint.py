@@ -8,7 +8,8 @@ aside with a warning by :func:`persist.load_json`)::
      "files": {path: [st_ino, offset]},      # bytes read of every followed file
      "open": ["<provider>\\t<session id>"],   # sessions still working or stalled
      "history": "history-index.bin",          # the files left as history (binary, beside it)
-     "hooks": [saved hook deliveries]}        # hooks.to_record, see Daemon
+     "hooks": [saved hook deliveries],        # hooks.to_record, see Daemon
+     "usage": [[provider, model, 5 token counts, cost_usd, unpriced]]}  # exporter.usage counters
 
 :meth:`Checkpoint.read_from` gives, for a file met at start-up, how its
 bytes divide into backfill (state only, never a page) and news, as Vector's
@@ -125,6 +126,8 @@ class Checkpoint:
         self.has_history = False
         #: When the last run wrote it (Unix seconds), or None.
         self.saved_at: float | None = None
+        #: The usage counters' values it saved (``Accounting.state()``, not checked here), or None.
+        self.usage = None
         self._saved: tuple | None = None
 
     def load(self) -> None:
@@ -137,6 +140,7 @@ class Checkpoint:
         if isinstance(open_, list):
             self.open = {tuple(k.split("\t", 1)) for k in open_ if isinstance(k, str) and "\t" in k}
         self.hooks = cp.get("hooks")
+        self.usage = cp.get("usage")
         self.has_history = cp.get("history") == HISTORY_FILE and self.files is not None
         try:
             self.saved_at = os.stat(self.path).st_mtime if cp else None
@@ -169,22 +173,26 @@ class Checkpoint:
         return At(offset)
 
     def save(self, offsets: dict, open_: list[str], hooks: list, history=None, force: bool = False,
-             version=None) -> None:
+             version=None, usage=None) -> None:
         """Write the checkpoint atomically (the history index first, when
         ``history`` is given and its ``version`` changed: the checkpoint says
         it is there). Skipped when ``(offsets, open_, history version,
         version)`` equal the last save's (unless ``force``). ``version``: the
-        caller's own change count of ``hooks``. A write that fails is logged,
+        caller's own change count of ``hooks`` (and of ``usage``: ``(version,
+        state)`` of the usage counters, written with the offsets they
+        counted up to). A write that fails is logged,
         never raised."""
         hv = history.version if history is not None else None
-        key = (offsets, open_, hv, version)
+        key = (offsets, open_, hv, version, usage[0] if usage else None)
         if key == self._saved and not force:
             return
         try:
             if history is not None and (force or self._saved is None or hv != self._saved[2]):
                 history.save(self.history_path)
-            save_json(self.path, {"version": VERSION, "files": offsets, "open": open_,
-                                  "history": HISTORY_FILE, "hooks": hooks})
+            data = {"version": VERSION, "files": offsets, "open": open_, "history": HISTORY_FILE, "hooks": hooks}
+            if usage:
+                data["usage"] = usage[1]()
+            save_json(self.path, data)
             self._saved = key
         except OSError as e:
             log.error("cannot write the checkpoint %s: %s", self.path, e.strerror or e)

@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
     scan.add_argument("--provider", choices=list(PROVIDER_MODULES),
                       help="treat every file as this agent's (default: by folder, else by content)")
+    scan.add_argument("--by", choices=["day"],
+                      help="print tokens and cost per local day and model instead (as ccusage daily does)")
 
     check = sub.add_parser("check-config", allow_abbrev=False, help="validate the configuration and print the effective roots")
     _common(check)
@@ -213,7 +215,7 @@ def _scan_hint(args, cfg) -> str:
 
 
 def _scan(args, cfg) -> int:
-    from .scan import format_table, print_progress, scan
+    from .scan import format_days, format_table, print_progress, scan
 
     if not args.paths:
         from .roots import configured_roots
@@ -238,11 +240,21 @@ def _scan(args, cfg) -> int:
                       "(use ISO-8601 with a zone, e.g. 2026-05-01T10:00:00Z, or Unix seconds)", file=sys.stderr)
                 return 2
     try:
-        rows, _store = scan(args.paths, cfg, args.provider, at, progress=print_progress)
+        rows, _store = scan(args.paths, cfg, args.provider, at, progress=print_progress, by_hour=bool(args.by))
     except FileNotFoundError as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
     out = sys.stdout
+    if args.by:
+        from .scan import by_day
+
+        days = by_day(rows)
+        if args.json:
+            out.write(orjson.dumps(days).decode() + "\n")
+        else:
+            for line in format_days(days):
+                out.write(line + "\n")
+        return 0
     if args.json:
         for row in rows:
             out.write(orjson.dumps(row).decode() + "\n")
@@ -433,6 +445,9 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         return 2  # a setting to change: a service manager does not restart it (RestartPreventExitStatus=2)
     daemon = Daemon(cfg, metrics, alerter, early)
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
+    from .usage import UsageCollector
+
+    metrics.registry.register(UsageCollector(daemon.store))
     from .statuspage import status_app
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),

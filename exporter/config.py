@@ -106,6 +106,25 @@ class Metrics:
 
 
 @dataclass
+class Price:
+    """A model's prices in USD per million tokens (``usage.prices``)."""
+
+    input: float = 0.0
+    output: float = 0.0
+    #: None: the input price.
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+@dataclass
+class Usage:
+    #: Add or override prices per model name as the agent records it
+    #: (``{model: {input, output, cache_read, cache_write}}``, USD per
+    #: million tokens); other models are priced by genai-prices.
+    prices: dict[str, Price] = field(default_factory=dict)
+
+
+@dataclass
 class AlertKinds:
     completed: bool = True
     error: bool = True
@@ -138,6 +157,8 @@ class Alerts:
     max_age_seconds: float = 3600.0
     #: Put the last assistant message into the body (transcript content!).
     include_excerpt: bool = False
+    #: Say in a completion page what the turn cost (tokens and USD).
+    include_cost: bool = False
     excerpt_chars: int = 200
     #: One reminder for a session still waiting (or still on your turn) this
     #: many seconds after its page (0: off).
@@ -228,6 +249,7 @@ class Config:
     machine: str | None = None
     fleet: Fleet = field(default_factory=Fleet)
     alertmanager: Alertmanager = field(default_factory=Alertmanager)
+    usage: Usage = field(default_factory=Usage)
 
     def resolved_machine(self) -> str:
         """``machine``, or the host name (``socket.gethostname()``)."""
@@ -289,6 +311,10 @@ def _value(tp, value, path: str, source: str, errors: list[str]):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{source}: {path}: expected a list of strings")
         return value
+    if origin is dict and dataclasses.is_dataclass(args[1]):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{source}: {path}: expected a mapping of names to mappings")
+        return {k: _build(args[1], v, f"{path}.{k}", source, errors) for k, v in value.items()}
     if origin is dict:
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise ConfigError(f"{source}: {path}: expected a mapping of strings")

@@ -115,7 +115,9 @@ class Daemon:
         open_ = sorted(open_ | {f"{p}\t{sid}" for p, sid in self.store.carry})
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
         kept = self.evidence.kept
-        self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version)
+        acct = self.store.usage
+        self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
+                             (acct.version, acct.state))
 
     # -- worker ------------------------------------------------------------
     def _run(self) -> None:

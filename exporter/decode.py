@@ -3,7 +3,8 @@
 Reasons (label values of ``coding_agent_transcript_parse_errors_total``):
 ``invalid_utf8``, ``nul_bytes``, ``invalid_json``, ``not_object`` (and
 ``unexpected_shape``, counted by the store when a provider cannot project a
-record). Blank lines
+record; ``bad_usage``, counted by :mod:`exporter.usage` for token counts
+that are not whole numbers within bounds). Blank lines
 are not errors; they are counted as skipped with reason ``blank``.
 """
 
@@ -14,7 +15,7 @@ from datetime import datetime
 
 import orjson
 
-PARSE_ERROR_REASONS = ("invalid_json", "invalid_utf8", "nul_bytes", "not_object", "unexpected_shape")
+PARSE_ERROR_REASONS = ("invalid_json", "invalid_utf8", "nul_bytes", "not_object", "unexpected_shape", "bad_usage")
 SKIP_REASONS = ("blank", "oversized")
 
 

@@ -58,7 +58,7 @@ class _File:
     (``name_sid``, ``sidechain``: the provider's ``classify_path``)."""
 
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live", "head", "head_unread", "born")
+                 "failing", "first_live", "head", "head_unread", "born", "usage")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -80,9 +80,12 @@ class _File:
         #: was first seen live, or the checkpoint's time for a file made while
         #: the exporter was down; None for history and backfill (see identity).
         self.born: float | None = None
+        #: The provider's ``usage()`` state for this file (exporter.usage), reset with the decoder.
+        self.usage: dict = {}
 
     def new_decoder(self):
         """A fresh decoder of the provider for this file (at its first read, or after a reset)."""
+        self.usage = {}
         return self.provider.FileDecoder(sidechain_file=self.sidechain, file_session=self.name_sid)
 
     def __getstate__(self):  # a start-up reader process hands files back (parallel.read_start_up)
@@ -511,4 +514,7 @@ def make_reader(cfg, metrics=None, session_ttl: float = 0) -> tuple:
         cfg.metrics.max_sessions,
         session_ttl,
     )
+    from .usage import Accounting, prices_from_config
+
+    store.usage = Accounting(prices_from_config(cfg))
     return store, FileTable(store, cfg.sources.max_line_bytes)

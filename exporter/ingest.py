@@ -24,6 +24,7 @@ from .events import META, SESSION
 from .identity import COPY, DUPLICATE
 from . import store as _store  # Session (a module still importing when this one is)
 from .reducer import SessionReducer
+from .usage import take as _take_usage
 
 log = logging.getLogger("exporter.store")
 
@@ -49,6 +50,9 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     loads, bad_json = orjson.loads, orjson.JSONDecodeError
     s = f.session
     judge, born = store.identity.judge, f.born
+    usage, ustate = getattr(f.provider, "usage", None), f.usage
+    utypes = getattr(f.provider, "USAGE_TYPES", ())
+    ukeys = store.usage.keys
     for line in lines:
         try:
             obj = loads(line)
@@ -88,6 +92,11 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
+        if usage is not None and obj.get("type") in utypes:
+            got = usage(obj, ustate)
+            # (another line of a response already counted, the common case, is skipped here)
+            if got is not None and not (type(got) is list and len(got) == 1 and got[0][0] in ukeys):
+                _take_usage(store, s, prov, got, live and not ev.replayed, ev.ts)
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd
         if kind == SESSION or kind == META:

@@ -178,6 +178,8 @@ class SessionCollector:
                                   "When the session entered its current state (record time).", labels=labels)
         last = GaugeMetricFamily("coding_agent_session_last_event_timestamp_seconds",
                                  "Timestamp of the session's newest record.", labels=labels)
+        cost = GaugeMetricFamily("coding_agent_session_cost_usd", "Cost of the session's responses read, all its "
+                                 "files (USD, priced models only; exporter.usage).", labels=labels)
         for row in rows:
             key = [row["provider"], row["session_id"], row["project"]]
             state.add_metric(key + [row["state"]], 1)
@@ -185,6 +187,9 @@ class SessionCollector:
                 since.add_metric(key, row["since"])
             if row["last_event_at"] is not None:
                 last.add_metric(key, row["last_event_at"])
+            if row.get("cost_usd") is not None:
+                cost.add_metric(key, row["cost_usd"])
         yield state
         yield since
         yield last
+        yield cost

@@ -5,7 +5,7 @@ transitions (``.session`` with ``provider``, ``session_id``, ``hidden``,
 ``now`` (Unix seconds), and keeps the ledger as a dict the delivery part
 saves (:class:`~.alerts.Alerter`).
 
-Rules (README "Alerts"):
+Rules (docs/alerts.md):
 
 - A transition into ``completed``/``error``/``stalled``/``waiting`` read as
   news (``Status.live``) becomes a *pending* page keyed by :func:`alert_key`

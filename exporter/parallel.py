@@ -4,7 +4,7 @@ while the rest of the exporter is imported (:class:`Forked`); ``scan`` and
 the daemon's start-up read split their files over several
 (:func:`scan_rows`, :func:`read_start_up`, both on :func:`fork_map`).
 
-Speed (see README "Performance"): files that may belong to one session (a
+Speed (see docs/performance.md): files that may belong to one session (a
 Claude project folder's sessions and subagents; a Codex rollout and the
 subagent rollouts naming it as parent) go to the same worker, which reduces
 whole sessions in a store and file table of its own. The workers report
@@ -202,13 +202,23 @@ def scan_rows(files, make, at: float | None, n: int, progress=None) -> list[dict
         store.evaluate(time.time() if at is None else at)
         with store._lock:
             rows = store.rows(at)
+        store.usage.prices.save()  # the models this worker priced, for the next scan
         order = {key: shard[i] for key, i in first.items()}
-        return sorted(set(store.sessions)), [(order.get((r["provider"], r["session_id"]), 0), r) for r in rows]
+        return sorted(set(store.sessions)), ([(order.get((r["provider"], r["session_id"]), 0), r) for r in rows],
+                                             list(store.usage.keys))
 
     results = _fork(files, n, work, progress)
     if results is None:
         return None
-    indexed = [x for rows in results for x in rows]
+    # A response counted by two workers (a copy of it in files of two shards): which session it
+    # belongs to depends on the order of reading, which only one process can keep.
+    seen: set = set()
+    for _rows, keys in results:
+        if not seen.isdisjoint(keys):
+            log.debug("a response is in files of two reading workers; reading again in one process")
+            return None
+        seen.update(keys)
+    indexed = [x for rows, _keys in results for x in rows]
     indexed.sort(key=lambda x: x[0])  # the order one process creates the sessions in
     rows = [r for _i, r in indexed]
     rows.sort(key=lambda r: r["last_write"], reverse=True)
@@ -221,21 +231,22 @@ _READ_COUNTERS = ("lines", "bytes", "parse_errors", "skipped", "duplicates", "re
 
 def _export(store, table) -> tuple:
     """What a start-up reader process hands back (picklable): ``(files,
-    sessions, [(counter, labels, increment)], identity)``."""
+    sessions, [(counter, labels, increment)], identity, usage)``."""
     counts = []
     for name in _READ_COUNTERS:
         for fam in getattr(store.metrics, name).collect():
             counts += [(name, smp.labels, smp.value) for smp in fam.samples
                        if smp.name.endswith("_total") and smp.value]
-    return table.files, store.sessions, counts, store.identity
+    return table.files, store.sessions, counts, store.identity, store.usage
 
 
 def _adopt(store, table, part: tuple) -> None:
     """Take over the files, sessions and counts of :func:`_export` (of a
     worker that read other files than this process)."""
-    files, sessions, counts, identity = part
+    files, sessions, counts, identity, usage = part
     with store._lock:
         store.identity.merge(identity)
+        store.usage.merge(usage)
         for path, f in files.items():
             table.files[path] = f
             table.watched(f.provider.NAME).inc()
@@ -274,6 +285,7 @@ def read_start_up(store, table, files, until: dict, make, stop=None, progress=No
         def work(shard, label):
             part, part_table = make()
             part.owed = store.owed
+            part.usage.count_all = store.usage.count_all
             part_table.read_all([files[i] for i in shard], label, until, stop, news_from)
             return sorted(set(part.sessions)), _export(part, part_table)
 

@@ -1,6 +1,6 @@
 """Reducer: ordered evidence of one session to its state.
 
-Rules, in order (see README "States and evidence"). The question behind
+Rules, in order (see docs/states.md). The question behind
 them: whose move is it? A turn end is "your turn" only when nothing will
 resume the agent by itself; what is pending is named in the state's detail.
 

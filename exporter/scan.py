@@ -47,25 +47,85 @@ def _discover(paths: list[str], cfg: Config, provider: str | None):
 
 
 def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float | None = None,
-         progress=None, workers: int | None = None) -> tuple[list[dict], SessionStore | None]:
+         progress=None, workers: int | None = None, by_hour: bool = False) -> tuple[list[dict], SessionStore | None]:
     """Reduce ``paths`` (files or folders) once; returns the session rows (see
     :meth:`SessionStore.rows`) evaluated at ``at`` (Unix seconds, default now)
     and the store (``None`` when worker processes did the reading; pass
     ``workers=1`` to keep it). Files are attributed to a provider by
     ``provider``, else by the configured/default root they sit under, else by
-    their records. Raises FileNotFoundError for a path that does not exist."""
+    their records. ``by_hour``: rows carry ``usage_hours`` (:func:`by_day`).
+    Raises FileNotFoundError for a path that does not exist."""
     files = _discover(paths, cfg, provider)
     n = parallel.worth_forking(files, workers)
+
+    def make():
+        store, table = make_reader(cfg)
+        store.usage_hours = by_hour
+        return store, table
+
     if n > 1:
-        rows = parallel.scan_rows(files, lambda: make_reader(cfg), at, n, progress)
+        rows = parallel.scan_rows(files, make, at, n, progress)
         if rows is not None:
             return rows, None
-    store, table = make_reader(cfg)
+    store, table = make()
     table.read_all(files, progress)
     store.evaluate(time.time() if at is None else at)
     with store._lock:
         rows = store.rows(at)
+    store.usage.prices.save()
     return rows, store
+
+
+def by_day(rows: list[dict]) -> list[dict]:
+    """The rows' ``usage_hours`` per local day and model, oldest first:
+    ``[{"date": "YYYY-MM-DD", "models": {model: {"input", "output",
+    "cache_read", "cache_write", "reasoning", "cost_usd"}}, "cost_usd"}]``
+    (as ``ccusage daily`` groups; a day's cost sums its priced models, None
+    when none is). Responses without a time are under date ``unknown``."""
+    from datetime import datetime
+
+    from .usage import TYPES
+
+    days: dict = {}
+    for r in rows:
+        for hour, models in (r.get("usage_hours") or {}).items():
+            date = datetime.fromtimestamp(hour * 3600).strftime("%Y-%m-%d") if hour >= 0 else "unknown"
+            day = days.setdefault(date, {})
+            for model, vals in models.items():
+                got = day.setdefault(model, dict.fromkeys(TYPES, 0) | {"cost_usd": 0.0})
+                for t, v in zip(TYPES, vals):
+                    got[t] += v
+                got["cost_usd"] = None if vals[5] is None or got["cost_usd"] is None else got["cost_usd"] + vals[5]
+    out = []
+    for date in sorted(days):
+        costs = [m["cost_usd"] for m in days[date].values() if m["cost_usd"] is not None]
+        out.append({"date": date, "models": days[date], "cost_usd": sum(costs) if costs else None})
+    return out
+
+
+def _usd(c) -> str:
+    return "-" if c is None else f"${c:,.2f}"
+
+
+def format_days(days: list[dict]) -> list[str]:
+    """The plain ``scan --by day`` output: one row per day and model (tokens
+    by type, cost), a row per day with its total, and a total line."""
+    from .usage import TYPES
+
+    table = [("DATE", "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "COST")]
+    grand = dict.fromkeys(TYPES, 0)
+    grand_cost = None
+    for d in days:
+        for model, m in sorted(d["models"].items()):
+            table.append((d["date"], model) + tuple(f"{m[t]:,}" for t in TYPES) + (_usd(m["cost_usd"]),))
+            for t in TYPES:
+                grand[t] += m[t]
+        if d["cost_usd"] is not None:
+            grand_cost = (grand_cost or 0.0) + d["cost_usd"]
+    table.append(("TOTAL", "") + tuple(f"{grand[t]:,}" for t in TYPES) + (_usd(grand_cost),))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in table]
 
 
 def _ago(seconds: float) -> str:
@@ -87,13 +147,15 @@ def format_table(rows: list[dict], now: float) -> list[str]:
             return "-"
         return f"{datetime.fromtimestamp(t).strftime('%Y-%m-%d %H:%M')} ({_ago(now - t)})"
 
-    table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT")]
+    table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT", "COST")]
     for r in rows:
         wait = r.get("waiting_for") or {}
         how = r["evidence"] or r["error_kind"] or (
             f"{wait.get('reason')}" + (f" ({wait['tool']})" if wait.get("tool") else "") if wait else "-")
         table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"], how,
-                      when(r["since"]), when(r["last_event_at"])))
+                      when(r["since"]), when(r["last_event_at"]), _usd(r.get("cost_usd"))))
+    costs = [r["cost_usd"] for r in rows if r.get("cost_usd") is not None]
+    table.append(("TOTAL", f"{len(rows)} sessions", "", "", "", "", "", _usd(sum(costs)) if costs else "-"))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
 

@@ -62,6 +62,8 @@ class StartUp:
         cp = self.checkpoint
         cp.load()
         self.store.carry = set(cp.open)
+        # The usage counters go on from the saved values; on a first start what is read counts once.
+        self.store.usage.restore(cp.usage, first=cp.files is None)
         if cp.has_history and horizon(self.cfg) < float("inf"):
             try:
                 self._prev_history = HistoryIndex.load(cp.history_path)

@@ -24,6 +24,7 @@ from .identity import Identity
 from .metrics import Metrics
 from .names import OPEN_STATES
 from .reducer import SessionReducer, Status, Timing
+from .usage import Accounting, Tally
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class Session:
     status: Status = field(default_factory=lambda: Status("unknown"))
     completed_turns: set = field(default_factory=set)
     error_turns: set = field(default_factory=set)
+    #: Tokens of the session's responses (exporter.usage).
+    usage: Tally = field(default_factory=Tally)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,10 @@ class SessionStore:
         self.owed: dict[tuple[str, str], frozenset] = {}
         #: Record identities of every session (duplicates and copies).
         self.identity = Identity()
+        #: Token counters and response keys (exporter.usage).
+        self.usage = Accounting()
+        #: Rows carry ``usage_hours`` (``Tally.by_hour``: ``scan --by day``).
+        self.usage_hours = False
 
     # -- what the files and hooks say (exporter.ingest) ------------------------
     def take(self, f, res, live: bool) -> None:
@@ -148,6 +155,7 @@ class SessionStore:
             with self._lock:
                 if self.sessions.pop((s.provider, s.session_id), None) is not None:
                     self.identity.forget(s.seen)
+                    self.usage.forget(s.usage)
 
     def apply_hook(self, d, may_create: bool = True, by_file: Session | None = None) -> Session | None:
         """Apply one hook delivery: see :func:`exporter.ingest.apply_hook`
@@ -270,15 +278,17 @@ class SessionStore:
             gone = [self.sessions.pop(key) for key in old]
             for s in gone:
                 self.identity.forget(s.seen)
+                self.usage.forget(s.usage)
         return gone
 
     # -- views -------------------------------------------------------------
     def rows(self, now: float | None = None) -> list[dict]:
         """Visible sessions as dicts (provider, session_id, project, state,
-        evidence, error_kind, source (transcript/hook/registry), waiting_for (reason, tool), since, last_event_at, last_write, counters),
-        newest first, within the session TTL."""
+        evidence, error_kind, source (transcript/hook/registry), waiting_for (reason, tool), since, last_event_at, last_write, counters,
+        usage (:meth:`~.usage.Tally.summary`), cost_usd (USD or None)), newest first, within the session TTL."""
         now = time.time() if now is None else now
         rows = []
+        prices = self.usage.prices
         for s in self.sessions.values():
             if s.hidden or (self.session_ttl and now - s.last_write > self.session_ttl):
                 continue
@@ -299,7 +309,11 @@ class SessionStore:
                 "last_write": s.last_write,
                 "files": len(s.files),
                 "counters": dict(vars(s.counters)),
+                "usage": (usage := s.usage.summary(prices)),
+                "cost_usd": s.usage.cost(prices) if usage else None,
             })
+            if self.usage_hours:
+                rows[-1]["usage_hours"] = s.usage.by_hour(prices)
         rows.sort(key=lambda r: r["last_write"], reverse=True)
         return rows
 

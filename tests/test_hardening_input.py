@@ -480,7 +480,7 @@ def test_real_transcripts_in_random_cuts_equal_scan(tmp_path):
 #: Documented bound (docs/hardening.md): peak RSS of the exporter reading
 #: hostile input stays under the idle RSS plus 6 × max_line_bytes (16 MiB by
 #: default: ≤ ~96 MiB on top of ~45 MiB) for lines whose content is mostly
-#: text; see the README for the cost of pathological JSON.
+#: text (docs/hardening.md, "Memory bound").
 RSS_LINES_FACTOR = 6
 
 

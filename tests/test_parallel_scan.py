@@ -40,8 +40,24 @@ def test_parallel_scan_equals_one_process(tmp_path, monkeypatch):
     assert store is not None and one
     monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_BYTES", 0)
     two, store2 = scan_mod.scan([str(root)], Config(), at=at, workers=2)
-    assert store2 is None  # the workers did the reading
+    # (the fixtures hold copies of one transcript in two folders, which the split reads in one process:
+    # test_parallel_scan_copy_across_workers; test_start_up_read_in_workers_equals_one_process has the workers read)
     assert two == one
+
+
+def test_parallel_scan_copy_across_workers(tmp_path, monkeypatch):
+    """One file copied into two project folders (two workers' shards): each
+    response is one session's (the first read), as in one process; the split
+    notices the shared responses and reads in one process."""
+    src = FIXTURES / "transcripts" / "claude_code" / "v1.0.98_complete_session.jsonl"
+    for i in range(2):
+        (tmp_path / "claude" / f"-p{i}").mkdir(parents=True)
+        shutil.copyfile(src, tmp_path / "claude" / f"-p{i}" / f"s{i}.jsonl")
+    one, _ = scan_mod.scan([str(tmp_path)], Config(), workers=1)
+    monkeypatch.setattr(parallel_mod, "PARALLEL_MIN_BYTES", 0)
+    two, store2 = scan_mod.scan([str(tmp_path)], Config(), workers=2)
+    assert two == one and store2 is not None
+    assert sorted(bool(r["usage"]) for r in one) == [False, True]  # the copy's responses were counted once
 
 
 def test_parallel_scan_falls_back_when_a_session_spans_workers(tmp_path, monkeypatch):

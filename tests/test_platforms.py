@@ -5,7 +5,7 @@ start-up scan, HTTP server, signal handlers) in a Python where ``fcntl``,
 ``pwd``, ``grp``, ``termios``, ``resource``, ``tty``, ``pty`` and ``syslog``
 cannot be imported; it must read a transcript, serve it, refuse a second
 exporter on its state_dir, and stop cleanly. This does not make Linux a
-Windows: the OS calls themselves are still POSIX ones (see README
+Windows: the OS calls themselves are still POSIX ones (see docs/agents.md
 "Platforms").
 """
 

@@ -9,7 +9,7 @@ parallel (``CAE_AGENTS_JOBS``, default 4), keeps each one's files (transcripts,
 hooks, exporter log, screens) in ``test-artifacts/agents/<line>/<scenario>``
 (``CAE_AGENTS_OUT``) and writes the outcomes to test-artifacts/agents/last_run.json; with
 ``CAE_AGENTS_RECORD=1`` to tests/agents/last_run.json, the record from which
-tests/agents/readme_table.py writes the README's "Agents and versions" table.
+tests/agents/readme_table.py writes the "Agents and versions" table of docs/agents.md.
 
 Which agents: ``CAE_AGENTS_LINE`` ``pinned`` (default: the versions in
 tests/agents/versions.json) or ``latest``; from ``CAE_AGENTS_DIR`` (an

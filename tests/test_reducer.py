@@ -1,5 +1,4 @@
-"""The reducer in-process: normalized events in, states out (README
-"States and evidence"), on a fake clock; no files, no process."""
+"""The reducer in-process: normalized events in, states out (docs/states.md), on a fake clock; no files, no process."""
 
 from __future__ import annotations
 

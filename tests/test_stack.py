@@ -76,6 +76,10 @@ EXPORTER_METRICS = {
     "coding_agent_hook_events_total",
     "coding_agent_hook_errors_total",
     "coding_agent_user_wait_seconds",
+    "coding_agent_tokens_total",
+    "coding_agent_cost_usd_total",
+    "coding_agent_unpriced_tokens_total",
+    "coding_agent_session_cost_usd",
 }
 HISTOGRAMS = {"coding_agent_turn_duration_seconds", "coding_agent_alert_latency_seconds",
               "coding_agent_user_wait_seconds"}
@@ -451,7 +455,9 @@ def test_dashboard_structure():
                  "Completions per hour by agent", "Turn errors per hour by agent",
                  "Turn duration (prompt to completion)", "Pages per hour", "Skipped lines",
                  "Duplicate events", "Poll recoveries", "Files watched", "Transcript lines read",
-                 "Transcript bytes read", "Sessions waiting for you now", "How long agents wait for you"):
+                 "Transcript bytes read", "Sessions waiting for you now", "How long agents wait for you",
+                 "Cost per hour by model", "Cost per hour by project", "Tokens per hour by type",
+                 "Top sessions by cost"):
         assert want in titles
 
 
@@ -876,6 +882,10 @@ def test_dashboard_panels_show_the_fed_transcripts(stack):
         assert val(f"sum(increase({metric}[1h]))") > 0, metric
     assert val('sum(increase(coding_agent_transcript_skipped_lines_total{reason="oversized"}[1h]))') > 0
     assert val('sum(increase(coding_agent_turn_errors_total[1h]))') > 0
+    # Usage: the fed transcripts' tokens and cost (docs/tokens.md).
+    assert val('sum by (type) (coding_agent_tokens_total)', type="cache_read") > 0
+    assert val('sum(coding_agent_cost_usd_total)') > 0
+    assert val('topk(10, coding_agent_session_cost_usd)') > 0
     assert len(_Receiver.received) >= 2
 
 

@@ -162,8 +162,14 @@ def test_scan_human_output(layout):
     out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", str(root)], cwd=ROOT, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0
-    header, *lines = out.stdout.splitlines()
-    assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT"]
+    header, *lines, total = out.stdout.splitlines()
+    assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT", "COST"]
+    # a cost column (USD, or "-" for a session with no priced tokens) and a total line of the sessions' cost
+    costs = [line.rsplit(None, 1)[1] for line in lines]
+    assert all(re.fullmatch(r"\$[\d,]+\.\d\d|-", c) for c in costs), costs
+    assert total.split()[:3] == ["TOTAL", str(len(lines)), "sessions"]
+    assert float(total.split()[-1].strip("$").replace(",", "")) == pytest.approx(
+        sum(float(c.strip("$").replace(",", "")) for c in costs if c != "-"), abs=0.01 * len(lines))
     claude = [p for p in CC.glob("*.jsonl") if "subagent" not in p.name]
     # one line per session: the two 2.1.39 excerpts are one session, subagent files belong to it
     assert len(lines) == len(claude) - 1 + len(list(CX.glob("*.jsonl")))
@@ -174,7 +180,7 @@ def test_scan_human_output(layout):
         i = header.index(col)
         assert all(line[i - 2:i] == "  " and line[i] != " " for line in lines), col
     # Readable times: local date and minutes, and the age.
-    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+[smhd] ago\)$", line) for line in lines), lines
+    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+[smhd] ago\) +(\$[\d,.]+|-)$", line) for line in lines), lines
 
 
 # -- reading in pieces equals reading whole -----------------------------------

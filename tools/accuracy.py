@@ -4,8 +4,8 @@ Plays every field case of ``tests/fixtures/cases/cases.json`` against the real
 exporter, as ``tests/test_cases.py`` does (live: files appended step by step,
 hooks delivered over HTTP or the hook command, pages delivered through Apprise
 to a loopback receiver; backfill: every file laid out before the start), and
-reads every real transcript of ``shared/transcripts`` (``tests/fixtures`` has
-the copies ``tests/test_transcripts.py`` uses) with ``scan --at <last record +
+reads every real transcript of ``tests/fixtures/transcripts`` (copies of the
+project's transcript corpus, the ones ``tests/test_transcripts.py`` uses) with ``scan --at <last record +
 120 s>``. Prints a Markdown table per agent and version range:
 
 - cases: how many; states right: every ``expect`` step's states were met;
@@ -16,8 +16,8 @@ the copies ``tests/test_transcripts.py`` uses) with ``scan --at <last record +
 - real files: the state a user two minutes after the last record would call
   right (the table in ``tests/test_transcripts.py``).
 
-Usage: ``python tools/accuracy.py [--only PATTERN] [--no-live] [--readme]``;
-``--readme`` also writes the table into README.md between the
+Usage: ``python tools/accuracy.py [--only PATTERN] [--no-live] [--write]``;
+``--write`` (alias ``--readme``) also writes the table into docs/agents.md between the
 ``<!-- accuracy:begin -->`` and ``<!-- accuracy:end -->`` markers.
 The time rules are scaled as in ``tests/test_cases.py`` (``CAE_SLOW=1`` for the
 real defaults). The whole run takes a few minutes (each live case plays in real
@@ -40,14 +40,23 @@ import test_cases as tc  # noqa: E402  (the replay machinery the test suite uses
 import test_transcripts as tt  # noqa: E402
 from harness import Receiver, wait_for  # noqa: E402
 
-_VERSION = re.compile(rb'"(?:version|cli_version)"\s*:\s*"(\d+)\.(\d+)\.(\d+)')
-AGENT = {"claude_code": "Claude Code", "codex": "Codex"}
+_VERSION = re.compile(rb'"(?:version|cli_version|copilotVersion)"\s*:\s*"(\d+)\.(\d+)\.(\d+)')
+#: Pi names no agent version in its files, only its session format (header ``version``).
+_PI_FORMAT = re.compile(rb'"type"\s*:\s*"session"[^\n]*?"version"\s*:\s*(\d+)|"version"\s*:\s*(\d+)[^\n]*?"type"\s*:\s*"session"')
+AGENT = {"claude_code": "Claude Code", "codex": "Codex", "copilot_cli": "Copilot CLI", "pi": "Pi"}
+#: The file the table lives in, between BEGIN and END (README.md links it).
+TARGET = ROOT / "docs" / "agents.md"
 
 
 def version_range(provider: str, data: bytes) -> str:
     """The version range a file's records name: Claude ``version``
-    (``2.1.2xx``), Codex ``session_meta.cli_version`` (``0.15x``); ``?`` when
-    none is written (pre-envelope Codex rollouts, hand-written records)."""
+    (``2.1.2xx``), Codex ``session_meta.cli_version`` (``0.15x``), Copilot CLI
+    ``session.start.data.copilotVersion`` (``1.0.7x``), Pi's session format
+    (``format 3``: Pi writes no agent version); ``?`` when none is written
+    (pre-envelope Codex rollouts, hand-written records)."""
+    if provider == "pi":
+        m = _PI_FORMAT.search(data)
+        return f"format {(m.group(1) or m.group(2)).decode()}" if m else "?"
     m = _VERSION.search(data)
     if not m:
         return "?"
@@ -57,6 +66,8 @@ def version_range(provider: str, data: bytes) -> str:
             return f"{major}.{minor}.x"
         lo = patch // 100 * 100
         return f"{major}.{minor}.{lo}–{lo + 99}"
+    if provider == "copilot_cli":
+        return f"{major}.{minor}.{patch // 10}x"
     return f"{major}.{minor // 10}x" if minor >= 10 else f"{major}.{minor}"
 
 
@@ -140,7 +151,7 @@ def real_files(tmp: Path) -> dict[tuple[str, str], list[int]]:
     for prov, table in tt.AT_LAST_PLUS_120.items():
         for fname, (state, how) in table.items():
             src = tt.TRANSCRIPTS / prov / fname
-            provider = "codex" if prov == "codex" else "claude_code"
+            provider = prov
             key = (provider, version_range(provider, src.read_bytes()))
             f = tmp / fname
             f.write_bytes(src.read_bytes())
@@ -194,7 +205,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="regular expression on case names")
     ap.add_argument("--no-live", action="store_true", help="backfill and real files only")
     ap.add_argument("--tmp", default=None, help="scratch folder (default: a new temporary one)")
-    ap.add_argument("--readme", action="store_true", help="write the table into README.md between the markers")
+    ap.add_argument("--write", "--readme", dest="write", action="store_true",
+                    help="write the table into docs/agents.md between the markers")
     args = ap.parse_args(argv)
     import tempfile
 
@@ -231,11 +243,10 @@ def main(argv=None) -> int:
     if wrong:
         lines += ["", "Not right:", *(f"- {w}" for w in wrong)]
     print("\n".join(lines))
-    if args.readme:
-        readme = ROOT / "README.md"
-        text = readme.read_text()
+    if args.write:
+        text = TARGET.read_text()
         a, b = text.index(BEGIN) + len(BEGIN), text.index(END)
-        readme.write_text(text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
+        TARGET.write_text(text[:a] + "\n" + "\n".join(lines) + "\n" + text[b:])
     return 0
 
 

@@ -612,3 +612,44 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     else:
         return None
     return ev
+
+
+# -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"assistant"})
+
+
+def usage(obj: dict, state: dict):
+    """The API usage an assistant record carries (see :mod:`exporter.usage`):
+    ``message.usage`` ``input_tokens``, ``output_tokens``,
+    ``cache_read_input_tokens``, ``cache_creation_input_tokens`` (its
+    ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
+    keyed by ``message.id:requestId`` (every content-block line of one
+    response repeats them: counted once, as ccusage does). ``model`` gets
+    ``-fast`` for ``usage.speed: fast`` (as ccusage names it). Synthetic
+    replies (``<synthetic>``) and API-error envelopes
+    (``isApiErrorMessage``) count nothing. Claude reports no reasoning
+    tokens of their own (thinking is in ``output_tokens``)."""
+    if obj.get("type") != "assistant":
+        return None
+    msg = obj.get("message")
+    if type(msg) is not dict:
+        return None
+    u = msg.get("usage")
+    if u is None:
+        return None
+    model = msg.get("model")
+    if model == "<synthetic>" or obj.get("isApiErrorMessage") is True:
+        return None
+    if type(u) is not dict:
+        return "bad"
+    mid, rid = msg.get("id"), obj.get("requestId")
+    key = f"{mid}:{rid}" if type(mid) is str and mid and type(rid) is str and rid else None
+    if type(model) is not str or not model:
+        model = "unknown"
+    elif u.get("speed") == "fast":
+        model += "-fast"
+    cc = u.get("cache_creation")
+    h1 = (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0
+    return [(key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
+                          u.get("cache_creation_input_tokens") or 0, 0), h1)]

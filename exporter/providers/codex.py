@@ -443,3 +443,80 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     else:
         return None
     return ev
+
+
+# -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"turn_context", "event_msg"})
+
+
+def _token_model(payload: dict, info: dict):
+    """The model a ``token_count`` names itself (``info.model``,
+    ``info.model_name``, ``payload.model``; as @ccusage/codex reads it)."""
+    for v in (info.get("model"), info.get("model_name"), payload.get("model")):
+        if type(v) is str and v.strip():
+            return v.strip()
+    return None
+
+
+def usage(obj: dict, state: dict):
+    """The usage of an ``event_msg`` ``token_count`` (see :mod:`exporter.usage`;
+    Codex 0.5x–0.171): ``info.last_token_usage`` (else the growth of
+    ``info.total_token_usage``) ``input_tokens`` (cached ones included:
+    reported as input without them, and ``cached_input_tokens`` as cache
+    reads), ``output_tokens`` (``reasoning_output_tokens`` included: reported
+    as reasoning too, priced once as output). A ``token_count`` whose totals
+    equal the previous one's (Codex writes one again with new rate limits)
+    is no new usage. Model: the record's own, else the last ``turn_context``'s
+    ``model``, else ``unknown`` (no price: never guessed). Key: the record's
+    time and totals (a fork's copy of its parent's records is counted once).
+    ``state`` keeps ``model`` and ``totals`` per file."""
+    rtype = obj.get("type")
+    if rtype == "turn_context":
+        p = obj.get("payload")
+        m = p.get("model") if type(p) is dict else None
+        if type(m) is str and m.strip():
+            state["model"] = m.strip()
+        return None
+    if rtype != "event_msg":
+        return None
+    p = obj.get("payload")
+    if type(p) is not dict or p.get("type") != "token_count":
+        return None
+    info = p.get("info")
+    if info is None:
+        return None  # rate limits only
+    if type(info) is not dict:
+        return "bad"
+    total, last = info.get("total_token_usage"), info.get("last_token_usage")
+    if (total is not None and type(total) is not dict) or (last is not None and type(last) is not dict):
+        return "bad"
+    key = None
+    if total is not None:
+        seen = (total.get("input_tokens"), total.get("cached_input_tokens"), total.get("output_tokens"),
+                total.get("reasoning_output_tokens"))
+        prev = state.get("totals")
+        state["totals"] = seen
+        if seen == prev:
+            return None  # the same totals again: no new response
+        key = f"codex:{obj.get('timestamp')}:{seen}"
+        if last is None:
+            if prev is None:
+                prev = (0, 0, 0, 0)
+            try:
+                last = {"input_tokens": seen[0] - (prev[0] or 0), "cached_input_tokens": (seen[1] or 0) - (prev[1] or 0),
+                        "output_tokens": seen[2] - (prev[2] or 0),
+                        "reasoning_output_tokens": (seen[3] or 0) - (prev[3] or 0)}
+            except TypeError:
+                return "bad"
+    if last is None:
+        return None
+    model = _token_model(p, info)
+    if model is not None:
+        state["model"] = model
+    model = model or state.get("model") or "unknown"
+    inp, cached = last.get("input_tokens"), last.get("cached_input_tokens") or 0
+    if type(inp) in (int, float) and type(cached) in (int, float):
+        cached = min(cached, inp)
+        inp = inp - cached
+    return [(key, model, (inp, last.get("output_tokens"), cached, 0, last.get("reasoning_output_tokens") or 0), 0)]

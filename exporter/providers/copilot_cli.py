@@ -323,3 +323,40 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     else:
         return None
     return ev
+
+
+# -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"session.shutdown"})
+
+
+def usage(obj: dict, state: dict):
+    """The usage a ``session.shutdown`` record sums up (see
+    :mod:`exporter.usage`; Copilot CLI 1.0.77): ``data.modelMetrics.<model>.usage``
+    ``inputTokens`` (taken to include ``cacheReadTokens``, as OpenAI's
+    prompt tokens do), ``outputTokens``, ``cacheReadTokens``,
+    ``cacheWriteTokens``, ``reasoningTokens`` (part of the output), one per
+    model, keyed by the record's ``id``. Copilot writes no usage per
+    response: tokens appear when the CLI exits (its ``session.shutdown``),
+    once per run of the CLI."""
+    if obj.get("type") != "session.shutdown":
+        return None
+    data = obj.get("data")
+    metrics = data.get("modelMetrics") if type(data) is dict else None
+    if metrics is None:
+        return None
+    if type(metrics) is not dict:
+        return "bad"
+    rid = obj.get("id")
+    out = []
+    for model, m in metrics.items():
+        u = m.get("usage") if type(m) is dict else None
+        if type(u) is not dict:
+            return "bad"
+        inp, cached = u.get("inputTokens"), u.get("cacheReadTokens") or 0
+        if type(inp) in (int, float) and type(cached) in (int, float):
+            inp = inp - min(cached, inp)
+        key = f"copilot:{rid}:{model}" if type(rid) is str and rid else None
+        out.append((key, model or "unknown", (inp, u.get("outputTokens"), cached, u.get("cacheWriteTokens") or 0,
+                                               u.get("reasoningTokens") or 0), 0))
+    return out

@@ -177,3 +177,31 @@ class FileDecoder:
             ev.kind, ev.text = OUTPUT, (text[:_EXCERPT_CHARS] if text else None)
 
 # Pi has no hooks: no ``project_hook``, so ``/hooks/pi`` and ``hook --agent pi`` do not exist.
+
+
+# -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"message"})
+
+
+def usage(obj: dict, state: dict):
+    """The usage of an assistant ``message`` entry (see :mod:`exporter.usage`;
+    Pi 0.70): ``message.usage`` ``input`` (not cached), ``output``,
+    ``cacheRead``, ``cacheWrite``, model ``message.model``, keyed by the
+    entry ``id`` and ``timestamp`` (a fork copies its parent's entries with their ids: counted
+    once). Pi records no reasoning count of its own, and its own ``cost``
+    figures are not used (the same price data prices every agent)."""
+    if obj.get("type") != "message":
+        return None
+    msg = obj.get("message")
+    if type(msg) is not dict or msg.get("role") != "assistant":
+        return None
+    u = msg.get("usage")
+    if u is None:
+        return None
+    if type(u) is not dict:
+        return "bad"
+    eid, model = obj.get("id"), msg.get("model")
+    key = f"pi:{eid}:{obj.get('timestamp')}" if type(eid) is str and eid else None
+    model = model if type(model) is str and model else "unknown"
+    return [(key, model, (u.get("input"), u.get("output"), u.get("cacheRead") or 0, u.get("cacheWrite") or 0, 0), 0)]

@@ -1,12 +1,12 @@
-"""Write the README's "Agents and versions" table from the real-agent suite's last run.
+"""Write the "Agents and versions" table of docs/agents.md from the real-agent suite's last run.
 
 usage: ``python3 tests/agents/readme_table.py [--check]``
 
 Reads ``tests/agents/last_run.json`` (written by tests/test_real_agents.py:
 ``{line: {"at", "scenarios": {name: {"agent", "version", "what", "result"}}}}``)
 and replaces what stands between ``<!-- agents-table:begin -->`` and
-``<!-- agents-table:end -->`` in README.md with one row per scenario and one
-column per version line (the agent's version and pass, fail or skipped). ``--check`` changes nothing and exits 1 when the README differs.
+``<!-- agents-table:end -->`` in docs/agents.md with one row per scenario and one
+column per version line (the agent's version and pass, fail or skipped). ``--check`` changes nothing and exits 1 when docs/agents.md differs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 BEGIN, END = "<!-- agents-table:begin -->", "<!-- agents-table:end -->"
-LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI", "gemini_cli": "Gemini CLI"}
+#: The file the table lives in (README.md links it).
+TARGET = ROOT / "docs" / "agents.md"
+LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI", "copilot_cli": "Copilot CLI", "pi": "Pi",
+          "gemini_cli": "Gemini CLI"}
 
 
 def table(data: dict) -> str:
@@ -47,18 +50,18 @@ def table(data: dict) -> str:
 
 
 def render(readme: str, data: dict) -> str:
-    """``readme`` with the table between the markers replaced. Raises ValueError without the markers."""
+    """``readme`` (the text of docs/agents.md) with the table between the markers replaced. Raises ValueError without the markers."""
     try:
         head, rest = readme.split(BEGIN, 1)
         _, tail = rest.split(END, 1)
     except ValueError:
-        raise ValueError(f"README.md has no {BEGIN} … {END} markers") from None
+        raise ValueError(f"{TARGET.name} has no {BEGIN} … {END} markers") from None
     return f"{head}{BEGIN}\n{table(data)}{END}{tail}"
 
 
 def main(argv: list[str]) -> int:
     data = json.loads((HERE / "last_run.json").read_text())
-    path = ROOT / "README.md"
+    path = TARGET
     old = path.read_text()
     new = render(old, data)
     if "--check" in argv:
