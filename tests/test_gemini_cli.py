@@ -221,13 +221,27 @@ def test_error_kinds_from_the_api_error_text():
     assert gemini_cli.error_kind('[API Error: {"error":{"code":403}}]') == "auth"
 
 
-def test_tokens_and_model_stay_reachable_for_accounting():
-    line = (FIXTURES / "tui_touch_allow" / "files" / "proj" / "chats").glob("*.jsonl")
-    got = [gemini_cli.message_usage(json.loads(ln)) for f in line for ln in f.read_text().splitlines()]
-    got = [g for g in got if g]
-    assert got[0] == ("gemini-3.8-flash", {"input": 120, "output": 20, "cached": 0, "thoughts": 0, "tool": 0,
-                                           "total": 140})
-    assert gemini_cli.message_usage({"type": "user", "id": "u"}) is None
+def test_tokens_per_response_counted_once(tmp_path):
+    """A ``gemini`` message's ``tokens`` go into the token accounting once, although the CLI writes the
+    message twice (without, then with ``toolCalls``); ``scan`` shows the session's tokens."""
+    (f,) = (FIXTURES / "tui_touch_allow" / "files").rglob("session-*.jsonl")
+    recs = [json.loads(ln) for ln in f.read_text().splitlines()]
+    got = [gemini_cli.usage(r, {}) for r in recs if r.get("type") in gemini_cli.USAGE_TYPES]
+    assert got[0] == [("gemini:0920af1a-0194-4758-9bda-7a523e8398f9", "gemini-3.8-flash", (120, 20, 0, 0, 0), 0)]
+    assert got[0] == got[1]  # the same response again, with its toolCalls: one key
+    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": {"input": 100, "output": 5, "cached": 40,
+                                                                      "thoughts": 7, "tool": 3}, "model": "m"}, {}) \
+        == [("gemini:x", "m", (63, 12, 40, 0, 7), 0)]
+    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": "many"}, {}) == "bad"
+    assert gemini_cli.usage({"type": "user", "id": "u"}, {}) is None
+    root = tmp_path / ".gemini" / "tmp"
+    path = _place("tui_touch_allow", root)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+    p = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--provider", "gemini_cli", "--json",
+                        str(root)], capture_output=True, text=True, timeout=60)
+    (row,) = [json.loads(ln) for ln in p.stdout.splitlines()]
+    use = {k: v for k, v in row["usage"]["gemini-3.8-flash"].items() if k != "cost_usd"}
+    assert use == {"input": 240, "output": 24, "cache_read": 0, "cache_write": 0, "reasoning": 0}  # two responses
 
 
 def test_sniff_tells_gemini_lines_from_the_others():

@@ -137,7 +137,7 @@ def test_sessions_and_health_api(tmp_path):
                     "alerts_failed": metric("coding_agent_alerts_failed_total", "kind")}
             return h if all(h[k] == v for k, v in want.items()) else None
         health = wait_for(same_as_metrics, what="health equal to /metrics")
-        assert health["files_watched"] == {"claude_code": 3, "codex": 1, "copilot_cli": 0, "pi": 0}
+        assert health["files_watched"] == {"claude_code": 3, "codex": 1, "copilot_cli": 0, "pi": 0, "gemini_cli": 0}
         assert health["parse_errors"]["codex"] == 1 and health["duplicates"]["claude_code"] == 1
         assert sum(health["alerts_sent"].values()) == 3 and sum(health["alerts_failed"].values()) == 1
         assert health["alerts_on"] is True

@@ -36,7 +36,7 @@ runs in ``shared/live-agents/gemini-cli-0.61.0``):
   CLI deletes a file in which no prompt survived.
 - Each ``gemini`` message carries ``tokens`` (``input``, ``output``,
   ``cached``, ``thoughts``, ``tool``, ``total``: that one API response) and
-  ``model``: :func:`message_usage` reads them.
+  ``model``: :func:`usage` reads them.
 """
 
 from __future__ import annotations
@@ -145,19 +145,6 @@ def error_kind(text) -> str:
     if 500 <= code < 600:
         return "server_error"
     return "api_error"
-
-
-def message_usage(obj: dict) -> tuple[str | None, dict] | None:
-    """``(model, tokens)`` of one ``gemini`` message record (``tokens``:
-    ``input`` (the whole prompt of that call), ``output``, ``cached``,
-    ``thoughts``, ``tool``, ``total``, ints), or None for any other record.
-    The same ``id`` written twice (without, then with ``toolCalls``) carries
-    the same tokens: count a message id once."""
-    if obj.get("type") != "gemini" or not isinstance(obj.get("tokens"), dict):
-        return None
-    model = obj.get("model")
-    tokens = {k: v for k, v in obj["tokens"].items() if isinstance(k, str) and type(v) is int and v >= 0}
-    return (model if isinstance(model, str) and len(model) <= 128 else None), tokens
 
 
 def _text(content) -> str:
@@ -398,3 +385,36 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
         return None
     return ev
 
+
+
+# -- usage -------------------------------------------------------------------
+#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
+USAGE_TYPES = frozenset({"gemini"})
+
+
+def usage(obj: dict, state: dict):
+    """The usage of one ``gemini`` message (see :mod:`exporter.usage`; Gemini
+    CLI 0.61.0): ``tokens`` ``input`` (the API's ``promptTokenCount``: the
+    whole prompt, cached part included), ``output`` (``candidatesTokenCount``),
+    ``cached`` (``cachedContentTokenCount``), ``thoughts``
+    (``thoughtsTokenCount``, billed as output but not in it), ``tool``
+    (``toolUsePromptTokenCount``, billed as input), model ``model``, keyed by
+    the message ``id``: the CLI writes a message again with its ``toolCalls``
+    (the same tokens), and a resume's ``$set messages`` repeats history inside
+    one record (not asked). Counted: input not cached (input − cached + tool),
+    output with the thoughts, cache reads, reasoning = the thoughts."""
+    if obj.get("type") != "gemini":
+        return None
+    t = obj.get("tokens")
+    if t is None:
+        return None
+    if type(t) is not dict:
+        return "bad"
+    mid, model = obj.get("id"), obj.get("model")
+    key = f"gemini:{mid}" if type(mid) is str and mid else None
+    model = model if type(model) is str and model else "unknown"
+    inp, out = t.get("input"), t.get("output")
+    cached, thoughts, tool = t.get("cached") or 0, t.get("thoughts") or 0, t.get("tool") or 0
+    if all(type(v) is int for v in (inp, out, cached, thoughts, tool)):
+        inp, out = inp - min(cached, inp) + tool, out + thoughts
+    return [(key, model, (inp, out, cached, 0, thoughts), 0)]
