@@ -95,16 +95,30 @@ def next_minute(run) -> None:
     time.sleep(60 - now % 60 + 1)
 
 
+def _submitted(run, text: str) -> int:
+    """How often ``text`` was submitted: ``~/.gemini/tmp/<project>/logs.json`` lists every input the CLI
+    took (slash commands too), before the prompt reaches the session file."""
+    n = 0
+    for p in (run.home / ".gemini" / "tmp").glob("*/logs.json"):
+        try:
+            n += sum(1 for e in json.loads(p.read_text()) if isinstance(e, dict) and e.get("message") == text)
+        except (OSError, ValueError):
+            pass
+    return n
+
+
 def type_(run, text: str) -> None:
-    """Type ``text`` and Enter; Enter again while the input box still holds it (Gemini CLI drops an
-    Enter while it is still loading a session or settling after Esc): the placeholder ``Type your
-    message`` comes back once the prompt is taken, also while the turn runs."""
+    """Type ``text`` and Enter; Enter again while the CLI has not taken it (it drops an Enter while it
+    is still loading a session or settling after Esc). Taken means listed in its ``logs.json``: the
+    screen cannot say (a dialog may replace the input box at once, and a second Enter would answer
+    it)."""
+    before = _submitted(run, text)
     run.tmuxc("send-keys", "-t", "s", "-l", text)
     time.sleep(0.4)
     for _ in range(1 if text.startswith("/") else 4):  # (/quit: the CLI is gone after it)
         run.tmuxc("send-keys", "-t", "s", "Enter")
-        deadline = time.time() + 4
+        deadline = time.time() + 5
         while time.time() < deadline:
-            if READY in "\n".join(run.pane().splitlines()[-12:]):
+            if _submitted(run, text) > before:
                 return
             time.sleep(0.2)
