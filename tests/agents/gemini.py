@@ -83,8 +83,12 @@ def resume(run, *extra: str) -> None:
     """Start the CLI again in the same tmux session (after ``/quit``), e.g. ``--resume latest``."""
     run.tmuxc("kill-session", "-t", "s")
     envargs = ["env", "-i", *(f"{k}={v}" for k, v in env(run).items())]
-    run.tmuxc("-f", "/dev/null", "new-session", "-d", "-s", "s", "-x", "160", "-y", "50", "-c", str(run.work),
-              *envargs, *argv(run, list(extra)))
+    for _ in range(5):  # (the last session's tmux server may still be exiting: its socket refuses the new one)
+        time.sleep(0.5)
+        run.tmuxc("-f", "/dev/null", "new-session", "-d", "-s", "s", "-x", "160", "-y", "50", "-c", str(run.work),
+                  *envargs, *argv(run, list(extra)))
+        if run.tmuxc("list-panes", "-t", "s", "-F", "#{pane_pid}").strip():
+            break
     run.tmuxc("set-option", "-t", "s", "remain-on-exit", "on")
 
 
