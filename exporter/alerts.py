@@ -37,6 +37,8 @@ from .persist import load_json, save_json
 from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
 from .providers import PROVIDER_MODULES
 from .store import Session, Transition, project_label
+from .suppress import DIGEST_FILE, MUTES_FILE, Digest, Mutes, Noise, Verdict, fmt_duration, still_waiting
+from . import pagetext
 
 if TYPE_CHECKING:  # imported where a target is built: start-up without alerts does not load it
     import apprise
@@ -49,10 +51,7 @@ LEDGER_MAX_ENTRIES = 50_000
 
 
 #: What a page says the agent waits for, by wait reason.
-WAIT_TITLES = {"permission": "needs your approval", "question": "asks you a question",
-               "plan": "has a plan for you to approve", "elicitation": "needs your input",
-               "worker_request": "has a worker request for you", "sandbox_request": "has a sandbox request for you",
-               "goal_proposal": "proposes a goal for you to approve"}
+WAIT_TITLES = pagetext.WAIT_WORDS
 KINDS = ALERT_KINDS
 
 
@@ -191,6 +190,13 @@ class Alerter:
         self.state_dir = cfg.resolved_state_dir()
         self.ledger_path = self.state_dir / LEDGER_FILE
         self.pager = Pager(Rules.from_config(cfg.alerts), self._load(), self._fields)
+        #: The noise controls (:mod:`.suppress`): routes, mutes, min_turn, presence, quiet hours.
+        self.noise = Noise(cfg.alerts, Mutes(self.state_dir / MUTES_FILE))
+        self.digest = Digest(self.state_dir / DIGEST_FILE)
+        #: ``lookup(provider, session_id)`` → the store's :class:`Session` or None
+        #: (``run`` sets the store's; the digest and the mute API read sessions through it).
+        self.lookup = lambda provider, session_id: None
+        self._mutes_looked = 0.0
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
         self._rates: dict[tuple, list[float]] = {}  # (provider, session id) → times of its recent pages
         self._lock = threading.Lock()
@@ -365,6 +371,9 @@ class Alerter:
         """Seconds until the next pending alert is due (for the reader loop)."""
         with self._lock:
             due = self.pager.next_due()
+        end = self.digest.next_end()
+        if end is not None:
+            due = end if due is None else min(due, end)
         return 3600.0 if due is None else max(0.0, due - time.time())
 
     def tick(self, now: float) -> None:
@@ -376,13 +385,15 @@ class Alerter:
             if self.pager.remind:
                 pages += self.pager.reminders(now)
         for p in pages:
-            tag = self.a.tags.get(p.kind, p.kind)
-            p.remaining = [i for i, t in enumerate(self.targets) if t.wants(tag)]
+            if self._suppressed(p, now):
+                continue
+            tags = self._tags_of(p)
+            p.remaining = self._takers(tags)
             if not p.remaining:
                 with self._lock:
                     self.pager.drop(p)
                 if not p.reminder:
-                    self.pager.decided(p.session, p.turn, p.kind, f"no target takes the tag {tag!r}")
+                    self.pager.decided(p.session, p.turn, p.kind, f"no target takes the tags {sorted(tags)}")
                 continue
             if not self._rate_ok(p, now):
                 with self._lock:
@@ -392,6 +403,97 @@ class Alerter:
                 with self._lock:
                     self.pager.pending[p.key] = p
             self._work.put(p)
+        if self.digest.held:
+            self._send_digests(now)
+        mutes = self.noise.mutes
+        if (mutes.sessions or mutes.projects) and now - self._mutes_looked >= 5.0:
+            self._mutes_looked = now
+
+            def turn_of(provider, sid):
+                s = self.lookup(provider, sid)
+                return ... if s is None else (s.status.turn or "")
+            mutes.expire(now, turn_of)
+
+    # -- noise controls (:mod:`.suppress`) ---------------------------------
+    def _project(self, s: Session) -> str:
+        return project_label(s.cwd, self.cfg.metrics.project_label)
+
+    def _tags_of(self, p: Pending) -> frozenset:
+        """The Apprise tags of a due page: its route's, else its kind's."""
+        return self.noise.tags_for(self._project(p.session), p.session.provider, p.kind)
+
+    def _suppressed(self, p: Pending, now: float) -> bool:
+        """Ask :meth:`.suppress.Noise.verdict` about a due page. True when it
+        is not to be delivered now: held (it stays pending, due again at the
+        hold's end) or suppressed (counted on
+        ``coding_agent_alerts_suppressed_total{kind,reason}``, logged at INFO
+        with the session, and noted ``seen`` in the ledger so that no re-read
+        or restart pages it; a quiet-hours page also goes to the digest)."""
+        s = p.session
+        held = p.status or s.status
+        v: Verdict = self.noise.verdict(p.kind, s.provider, s.session_id, self._project(s), held, s.status, now,
+                                        reminder=p.reminder)
+        if v.hold_until is not None:
+            if p.due < v.hold_until:
+                log.debug("page held until %.1f (alerts.presence_delay_seconds)", v.hold_until,
+                          extra={"fields": self._fields(s, p.turn, p.kind)})
+            p.due = v.hold_until  # still pending: the pager hands it back then
+            return True
+        if v.reason is None:
+            return False
+        if v.quiet_until is not None and not p.reminder:
+            self.digest.hold(v.quiet_until, {"provider": s.provider, "session_id": s.session_id, "kind": p.kind,
+                                             "unit": p.turn, "since": held.since, "project": self._project(s),
+                                             "tags": sorted(self._tags_of(p))})
+        self.metrics.alerts_suppressed.labels(p.kind, v.reason).inc()
+        with self._lock:
+            self.pager.drop(p)
+            if not p.reminder:
+                self.pager.ledger[p.key] = {**self.pager.ledger.get(p.key, {}), "status": "seen",
+                                            "suppressed": v.reason, "at": now}
+        self.pager.decided(s, p.turn, p.kind, f"{v.reason}: {v.why}")
+        if not p.reminder:
+            self._save()
+        return True
+
+    def _send_digests(self, now: float) -> None:
+        """At a quiet window's end, one page listing the held sessions that
+        still wait (each with its kind, how long it has waited and its resume
+        command); none when every one of them was answered meanwhile. The
+        digest goes through :meth:`page` (ledger first: a crash after it
+        repeats nothing), then leaves the digest file."""
+        for end in [k for k in self.digest.held if float(k) <= now]:
+            items = self.digest.held[end]
+
+            def status_of(provider, sid):
+                s = self.lookup(provider, sid)
+                return s.status if s is not None else None
+            left = [(it, st) for it, st in still_waiting(items, status_of)  # muted since: left out too
+                    if not self.noise.mutes.muted(it["provider"], it["session_id"], it.get("project") or "", st.turn,
+                                                  now)]
+            if not left:
+                log.info("quiet hours over: no digest (all %d held page(s) were answered meanwhile)", len(items))
+            else:
+                lines = []
+                for it, st in left:
+                    mod = PROVIDER_MODULES.get(it["provider"])
+                    label = mod.LABEL if mod else it["provider"]
+                    what = pagetext.headline(label, it.get("project") or "", st)
+                    waited = fmt_duration(now - it["since"]) if isinstance(it.get("since"), (int, float)) else None
+                    lines.append(f"- {what} ({it['kind']}" + (f", waiting {waited})" if waited else ")"))
+                    cmd = pagetext.resume_command(mod, it["session_id"]) if mod else None
+                    if cmd:
+                        lines.append(f"  Resume: {cmd}")
+                    lines.append(f"  Session: {it['session_id']}")
+                n = len(left)
+                title = f"Quiet hours over: {n} session{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for you"
+                tags = frozenset(t for it, _ in left for t in it.get("tags") or ())
+                try:
+                    self.page(f"digest:{end}", "digest", title, "\n".join(lines), tags, notify="info")
+                except OSError:
+                    log.error("cannot write the alert ledger: the quiet-hours digest waits for the next try")
+                    continue
+            self.digest.done(end)
 
     def _rate_ok(self, p: Pending, now: float) -> bool:
         """``p`` keeps ``alerts.max_pages_per_session`` per
@@ -409,6 +511,7 @@ class Alerter:
         if len(times) >= limit:
             rates[key] = times
             self.metrics.alerts_rate_limited.labels(p.kind).inc()
+            self.metrics.alerts_suppressed.labels(p.kind, "rate_limit").inc()
             if not p.reminder:
                 with self._lock:
                     self.pager.ledger.pop(p.key, None)
@@ -459,7 +562,7 @@ class Alerter:
     def _deliver(self, p: Pending) -> None:
         import apprise
 
-        tag = self.a.tags.get(p.kind, p.kind)
+        tag = ",".join(sorted(self._tags_of(p))) if p.session is not None else None
         notify_type = p.notify or (apprise.NotifyType.FAILURE if p.kind == "error" else (
             apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS))
         if p.session is None:  # a page of :meth:`page`: its own text
@@ -501,7 +604,7 @@ class Alerter:
                 return
             self.pager.decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
                                error_kind=st.error_kind, duration_seconds=None if st.duration is None
-                               else round(st.duration, 1), targets=sum(t.wants(tag) for t in self.targets),
+                               else round(st.duration, 1), targets=len(self._takers(self._tags_of(p))),
                                latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
 
     # -- message -----------------------------------------------------------
@@ -516,7 +619,8 @@ class Alerter:
             title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
         else:
             title = f"{mod.LABEL} · {project}: stalled"
-        lines = [f"Session: {s.session_id}"]
+        lines = [pagetext.headline(mod.LABEL, project if project != "session" else "", st),
+                 *pagetext.action_lines(mod, s, self.a.link_base_url), f"Session: {s.session_id}"]
         dur = _fmt_duration(st.duration)
         if dur:
             lines.append(f"Turn took: {dur}")

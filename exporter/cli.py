@@ -254,6 +254,7 @@ def _scan(args, cfg) -> int:
         else:
             for line in format_days(days):
                 out.write(line + "\n")
+            _usage_hint(rows)
         return 0
     if args.json:
         for row in rows:
@@ -266,7 +267,16 @@ def _scan(args, cfg) -> int:
         return 0
     for line in format_table(rows, time.time() if at is None else at):
         out.write(line + "\n")
+    _usage_hint(rows)
     return 0
+
+
+def _usage_hint(rows) -> None:
+    from .scan import usage_hint
+
+    hint = usage_hint(rows)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
 
 
 def _check(cfg) -> int:
@@ -287,6 +297,11 @@ def _check(cfg) -> int:
     targets, problems = _targets(cfg)
     print(describe_targets(cfg, targets) if targets is not None else
           f"alerts: {len(problems)} unusable setting(s), listed below")
+    if targets is not None:
+        from .suppress import describe as describe_noise
+
+        for line in describe_noise(cfg.alerts, targets):
+            print(line)
     problems += _state_dir_problems(cfg.resolved_state_dir())
     if problems:
         print(f"configuration has {len(problems)} error(s):")
@@ -444,6 +459,7 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
               "(set state_dir in the config file)", file=sys.stderr)
         return 2  # a setting to change: a service manager does not restart it (RestartPreventExitStatus=2)
     daemon = Daemon(cfg, metrics, alerter, early)
+    alerter.lookup = daemon.store.session  # the digest's and the mute API's view of the sessions
     metrics.registry.register(SessionCollector(daemon.store.snapshot, metrics, cfg.metrics.per_session))
     from .usage import UsageCollector
 
@@ -451,10 +467,15 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .statuspage import status_app
 
     status = status_app(daemon.store.snapshot, metrics, alerter.last_sent, bool(alerter.targets),
-                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers))
+                        daemon.ready.is_set, telemetry, machine=machine, fleet=bool(cfg.fleet.peers),
+                        mutes=alerter.noise.mutes.rows)
     from .alertmanager import PATH as AM_PATH, receiver_app
 
     routes = {AM_PATH: receiver_app(alerter, cfg, metrics)}
+    from .mute_api import PATH_MUTES, PREFIX_PROJECTS, PREFIX_SESSIONS, mute_app
+
+    mutes = mute_app(alerter.noise.mutes, daemon.store.session)
+    routes.update({PREFIX_SESSIONS: mutes, PREFIX_PROJECTS: mutes, PATH_MUTES: mutes})
     fleet = None
     if cfg.fleet.peers:
         from .fleet import PATH as FLEET_PATH, Fleet

@@ -89,6 +89,11 @@ class Reducer:
     #: ``api_retry_grace_seconds`` more); a later wakeup pages at once, naming
     #: its time.
     wakeup_hold_seconds: float = 900.0
+    #: A Claude Code ``Stop`` hook of the exporter's own while the user's settings
+    #: name other Stop hooks: the turn reads ``working`` until Claude Code writes
+    #: ``stop_hook_summary`` (every Stop hook done), or at most this long
+    #: (Claude Code's own default hook timeout is 600 s).
+    stop_hook_wait_seconds: float = 600.0
     #: Seconds between evaluations of the time-based rules.
     evaluation_interval_seconds: float = 1.0
 
@@ -139,6 +144,47 @@ class Retry:
     max_backoff_seconds: float = 300.0
 
 
+class Clock(str):
+    """A time of day, ``"HH:MM"`` or ``"HH:MM:SS"`` (24 h). YAML 1.1 reads an unquoted ``22:00``
+    as the sexagesimal number 1320: such a number (under 1440) is taken as
+    the time it meant (:func:`_value`)."""
+
+
+@dataclass
+class QuietWindow:
+    """One ``alerts.quiet_hours`` window (see :mod:`.suppress`)."""
+
+    start: Clock = Clock("22:00")
+    end: Clock = Clock("07:00")
+    #: Days the window starts on (mon … sun); a window past midnight ends the next day.
+    days: list[str] = field(default_factory=lambda: ["mon", "tue", "wed", "thu", "fri", "sat", "sun"])
+    #: Kinds held in the window; errors page through unless listed.
+    kinds: list[str] = field(default_factory=lambda: ["completed", "stalled", "waiting"])
+    #: An IANA time zone (``Europe/Berlin``); null: the machine's local one.
+    timezone: str | None = None
+
+
+@dataclass
+class RouteMatch:
+    """What an ``alerts.routes`` entry matches (every key given must match)."""
+
+    #: A glob on the ``project`` label (``web*``).
+    project: str | None = None
+    provider: str | None = None
+    kind: str | None = None
+
+
+@dataclass
+class Route:
+    """One ``alerts.routes`` entry: the first match decides."""
+
+    match: RouteMatch = field(default_factory=RouteMatch)
+    #: Apprise tags the page carries instead of its kind's ``alerts.tags`` entry.
+    tags: list[str] = field(default_factory=list)
+    #: True: the matched pages are not sent (counted, reason ``route``).
+    mute: bool = False
+
+
 @dataclass
 class Alerts:
     #: Apprise URLs; secrets: prefer ``url_env`` or ``config_file``.
@@ -168,6 +214,17 @@ class Alerts:
     max_pages_per_session: int = 20
     page_rate_window_seconds: float = 3600.0
     retry: Retry = field(default_factory=Retry)
+    #: A completed turn shorter than this (its records, prompt to end) sends no page (0: off).
+    min_turn_seconds: float = 0.0
+    #: Hold completed/waiting pages this long; dropped if the user acts in the session meanwhile (0: off).
+    presence_delay_seconds: float = 0.0
+    #: Windows in which pages are held for one digest at the window's end.
+    quiet_hours: list[QuietWindow] = field(default_factory=list)
+    #: Ordered routes: the first match picks a page's Apprise tags, or mutes it.
+    routes: list[Route] = field(default_factory=list)
+    #: The status page's address as the phone reaches it (behind a proxy);
+    #: set: each page links to its session there.
+    link_base_url: str | None = None
 
 
 @dataclass
@@ -305,6 +362,14 @@ def _value(tp, value, path: str, source: str, errors: list[str]):
             return None
         tp = next(a for a in args if a is not type(None))
         return _value(tp, value, path, source, errors)
+    if origin is list and args and dataclasses.is_dataclass(args[0]):
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {path}: expected a list of mappings")
+        return [_build(args[0], v, f"{path}[{i}]", source, errors) for i, v in enumerate(value)]
+    if tp is Clock:
+        return _clock(value, path, source)
     if origin is list:
         if value is None:
             return []
@@ -340,6 +405,19 @@ def _value(tp, value, path: str, source: str, errors: list[str]):
     raise ConfigError(f"{source}: {path}: unsupported value {value!r}")
 
 
+def _clock(value, path: str, source: str) -> Clock:
+    """``"HH:MM"`` or YAML 1.1's number for an unquoted ``H:MM`` (``22:00``
+    is 1320: 22 × 60 + 0) to :class:`Clock`; raises :class:`ConfigError`."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1440:
+        return Clock(f"{value // 60:02d}:{value % 60:02d}")  # YAML 1.1 sexagesimal: the time it meant
+    if isinstance(value, str):
+        parts = value.strip().split(":")
+        if 2 <= len(parts) <= 3 and all(p.isdigit() for p in parts) and all(len(p) == 2 for p in parts[1:]) \
+                and int(parts[0]) < 24 and all(int(p) < 60 for p in parts[1:]):
+            return Clock(":".join([f"{int(parts[0]):02d}", *parts[1:]]))
+    raise ConfigError(f"{source}: {path}: expected a time of day \"HH:MM\" or \"HH:MM:SS\" (quoted), got {value!r}")
+
+
 def from_mapping(data: dict | None, source: str = "<config>") -> Config:
     """Build and validate a :class:`Config` from a parsed mapping.
 
@@ -370,6 +448,9 @@ def from_mapping(data: dict | None, source: str = "<config>") -> Config:
             errors.append(f"{source}: alerts.tags.{kind}: unknown alert kind")
     errors += _path_errors(cfg, source)
     errors += _fleet_errors(cfg, source)
+    from .suppress import config_errors
+
+    errors += [f"{source}: {e}" for e in config_errors(cfg.alerts)]
     if errors:
         raise ConfigError("\n".join(errors), errors, cfg)
     return cfg

@@ -60,6 +60,11 @@ START, WORK, OUTPUT, COMPLETE, ERROR, INTERRUPT, ACTIVITY, META, SESSION, WAIT, 
 #: Kinds that move the main thread's state (ordered by semantic time).
 SIGNIFICANT = frozenset({START, WORK, OUTPUT, COMPLETE, ERROR, INTERRUPT, WAIT, END})
 
+#: The prefix of the ``Event.pending`` parts that name background work
+#: (``background_agents_pending:N``, ``background_workflows_pending:N``): the
+#: parts an agent's own statement (``Event.told``) replaces.
+BACKGROUND = "background_"
+
 #: Reasons a ``WAIT`` gives (``coding_agent_user_wait_seconds{reason}`` adds
 #: ``your_turn`` for the wait after a completion). ``worker_request``,
 #: ``sandbox_request`` and ``goal_proposal`` come from Claude Code's session
@@ -135,6 +140,17 @@ class Event:
             ``stop_hooks_running:1`` (no transcript content). ``None``: the
             record cannot tell (hook events); the reducer keeps what the
             transcript last said.
+        stop_hooks: for a ``COMPLETE`` from a ``Stop`` hook: how many Stop hooks
+            of the user's own run beside it (Claude Code settings); the turn
+            ends at the agent's word that they are done (a later transcript
+            marker), or ``stop_hook_wait`` seconds after the hook.
+        told: what the agent itself states is pending after this record, in
+            ``pending``'s terms (Claude ``turn_duration`` counts, the ``Stop``
+            hook's ``background_tasks``), or ``None`` when it states nothing:
+            the exporter's own bookkeeping (``pending``) then fills the gap.
+            A statement decides over the bookkeeping's background parts
+            (:data:`BACKGROUND`) for the rest of the turn's end; Stop hooks
+            still running stay pending.
         cont: the record continues the turn in progress even after an end
             marker (a Stop hook running, blocking or adding context;
             background agents still running): it never starts a turn of its
@@ -186,6 +202,8 @@ class Event:
     replayed: bool = False
     source: str | None = None
     pending: str | None = None
+    told: str | None = None
+    stop_hooks: int = 0
     cont: bool = False
     wakes_at: float | None = None
     review: bool = False

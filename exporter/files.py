@@ -509,7 +509,7 @@ def make_reader(cfg, metrics=None, session_ttl: float = 0) -> tuple:
     store = SessionStore(
         metrics or Metrics(),
         Timing(r.inferred_settle_seconds, r.marker_wait_seconds, r.stall_after_seconds, r.api_retry_grace_seconds,
-               r.wakeup_hold_seconds),
+               r.wakeup_hold_seconds, r.stop_hook_wait_seconds),
         cfg.metrics.project_label,
         cfg.metrics.max_sessions,
         session_ttl,

@@ -132,7 +132,8 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
 
 
 #: ``Event`` fields a saved delivery keeps (what ``project_hook`` sets).
-_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id", "open_only")
+_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id", "told", "stop_hooks",
+                "open_only")
 
 
 def to_record(d: HookDelivery) -> dict:
@@ -162,6 +163,11 @@ def from_record(rec, now: float) -> HookDelivery | None:
     ts, final = rec.get("ts"), rec.get("final")
     if type(ts) not in (int, float) or not now - 86400 * 366 < ts <= now + 5 or type(final) is not bool:
         return None
+    told, stop_hooks = rec.get("told"), rec.get("stop_hooks", 0)  # (absent in older checkpoints)
+    if told is not None and not (isinstance(told, str) and len(told) <= 128 and told.isprintable()):
+        return None
+    if type(stop_hooks) is not int or not 0 <= stop_hooks <= 256:
+        return None
     sid = _str(rec, "session_id", _MAX_ID_CHARS)
     sid = sid if sid is not None and sid.isprintable() else None
     path = _str(rec, "transcript_path")
@@ -178,7 +184,8 @@ def from_record(rec, now: float) -> HookDelivery | None:
     if fields["ident"] is None or (fields["reason"] is not None and fields["reason"] not in WAIT_REASONS):
         return None
     ev = Event(kind, ts=float(ts), detail=fields["detail"], reason=fields["reason"], tool=fields["tool"],
-               error_kind=fields["error_kind"], final=final, turn_id=fields["turn_id"])
+               error_kind=fields["error_kind"], final=final, turn_id=fields["turn_id"], told=told,
+               stop_hooks=stop_hooks)
     ev.open_only = rec.get("open_only") is True  # (saved since Gemini CLI's AfterAgent)
     return HookDelivery(rec["provider"], fields["name"] or "", sid, path, _str(rec, "cwd"), ev, fields["ident"])
 

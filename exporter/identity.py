@@ -10,17 +10,20 @@ the records say; nothing later rewrites the answer:
 - **copy**: a record of earlier history repeated in another file. It moves
   the state like any record (a resumed session starts where the old one
   stood) but is never news, so it never pages. A record is a copy when
-  (a) another session already holds a record with the same identity *and
-  the same record time* (a resumed or forked file repeats the records it
-  continues, with their original timestamps: Claude Code resume/fork), or
+  (a) another session already holds a record with the same identity,
+  whatever its record time (a resumed or forked file repeats the records it
+  continues under the new ``sessionId``: Claude Code resume/fork, 2.1.332
+  ``--fork-session`` keeps their uuids and timestamps; a copy stamped anew
+  is a copy all the same), or
   (b) it names a session other than its file's (``Event.foreign``: Claude
   Code's copies still name the old ``sessionId``) and its own timestamp lies
   more than :data:`COPY_SLACK_SECONDS` before the file's first write (the
   news start the checkpoint gives the file: ``born``) — copies of history
   this exporter never decoded (a file left as history) are caught so.
 - **own**: anything else. Two live sessions may share one record id (Claude
-  Code wrote one prompt ``uuid`` into two sessions at once: field case 30);
-  each session's later records are its own and page. A new file whose
+  Code wrote one prompt ``uuid`` into two sessions at once: field case 30):
+  the second session's copy of it moves its state, and each session's later
+  records are its own and page. A new file whose
   records name an older session with new ids and live timestamps (after
   ``/clear``, anthropics/claude-code#8614: field case 21, part 2b) is a
   live session of its own, keyed by its file.
@@ -70,8 +73,8 @@ class Identity:
                 self.first[ident] = t0
         if t0 is _MISSING:
             self.first[ident] = ts
-        elif t0 == ts:
-            return COPY  # another session holds this very record
+        else:
+            return COPY  # another session holds this record (a resumed or forked session's copy)
         if foreign and born is not None and ts is not None and ts < born - COPY_SLACK_SECONDS:
             return COPY
         return OWN

@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from . import __version__
 from .decode import PARSE_ERROR_REASONS, SKIP_REASONS
 from .events import WAIT_REASONS
-from .names import ALERT_KINDS, ERROR_KINDS, EVIDENCE, STATES
+from .names import ALERT_KINDS, ERROR_KINDS, EVIDENCE, STATES, SUPPRESS_REASONS
 from .providers import PROVIDER_MODULES
 
 PROVIDERS = tuple(PROVIDER_MODULES)
@@ -77,6 +77,9 @@ class Metrics:
         self.alerts_rate_limited = Counter("coding_agent_alerts_rate_limited",
                                            "Notifications not sent: the session had alerts.max_pages_per_session "
                                            "pages within alerts.page_rate_window_seconds.", ["kind"], registry=r)
+        self.alerts_suppressed = Counter("coding_agent_alerts_suppressed",
+                                         "Pages not sent, by kind and reason (min_turn, presence, quiet_hours, "
+                                         "muted, route, rate_limit).", ["kind", "reason"], registry=r)
         self.http_refused = Counter("coding_agent_http_requests_refused",
                                     "HTTP requests refused before routing, by reason (host, origin).",
                                     ["reason"], registry=r)
@@ -129,6 +132,9 @@ class Metrics:
             for c in (self.alerts, self.alerts_failed, self.alerts_dedup, self.alerts_rate_limited):
                 c.labels(kind)
             self.alert_latency.labels(kind)
+        for kind in ALERT_KINDS:
+            for reason in SUPPRESS_REASONS:
+                self.alerts_suppressed.labels(kind, reason)
 
 
     def set_machine(self, machine: str) -> None:

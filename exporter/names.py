@@ -15,6 +15,8 @@ OPEN_STATES = ("working", "stalled")
 EVIDENCE = ("explicit", "inferred")
 #: What a page is about (``alerts.kinds.*``, ``alerts.tags.*``, ``coding_agent_alerts_total{kind}``).
 ALERT_KINDS = ("completed", "error", "stalled", "waiting")
+#: Why a page was not sent (``coding_agent_alerts_suppressed_total{reason}``; :mod:`exporter.suppress`).
+SUPPRESS_REASONS = ("min_turn", "presence", "quiet_hours", "muted", "route", "rate_limit")
 #: Why a turn stopped on an error (``coding_agent_turn_errors_total{kind}``):
 #: Claude Code API errors and ``StopFailure`` hooks, Codex ``error`` events
 #: and ``task_complete.error`` (``server_error``: Codex 0.160 HTTP 500),

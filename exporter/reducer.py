@@ -15,7 +15,13 @@ resume the agent by itself; what is pending is named in the state's detail.
    reply to the agent's own meta prompt) are ``META`` from the provider; the
    record that shows a task was such takes the task's start back (``undo``:
    the state from before that start returns, when nothing else happened
-   since).
+   since; a start older than the ``undo`` that arrives after it is dropped:
+   a Claude UserPromptSubmit hook read after the record saying another hook
+   blocked that prompt). A turn's first record that arrives after the
+   ``Stop`` hook that ended it, when that hook came right after an earlier
+   turn's end (the record newer than that end by ``LATE_START_SECONDS``:
+   Claude Code 2.1.332 flushes the answer to a ``!`` command late), starts
+   that turn, and the hook ends it.
 3. Sidechain events are ``ACTIVITY``: they keep a session alive (its last
    write time) but never complete it and never supersede a completion
    (subagents, agent-team teammates).
@@ -29,19 +35,26 @@ resume the agent by itself; what is pending is named in the state's detail.
    terms (``api_error``: a Claude ``StopFailure`` hook) keeps the kind it
    already had, and an error older than the one that decided (the
    transcript's envelope read after that hook) still names its kind.
-5. Pending work that resumes the agent by itself: the provider states it
-   on each transcript event (``pending``: background agents launched and
-   not yet reported back, Stop hooks other than the exporter's still
-   running, an active Codex ``/goal``). A turn end the provider sees while something is pending is
-   ``WORK`` that continues the turn (``cont``: same turn key, so one page
-   per turn); a ``Stop`` hook (``final``) while the transcript shows
-   something pending is the same. In a turn that ends only at the agent's
-   own marker (``marker_only``: Codex ``task_started``) a ``Stop`` hook
-   ends nothing.
+5. Pending work that resumes the agent by itself. What the agent itself
+   states (``told``: Claude ``turn_duration``'s pending counts, the ``Stop``
+   hook's ``background_tasks``) decides, from the statement until the next
+   start or tool work; the provider's own bookkeeping on each transcript
+   event (``pending``: background agents launched and not yet reported
+   back, Stop hooks other than the exporter's still running, an active
+   Codex ``/goal``) fills the gap when the agent stated nothing. A
+   completion (a transcript marker or a ``Stop`` hook, ``final``) while
+   something is pending is ``WORK`` that continues the turn (``cont``:
+   same turn key, so one page per turn). In a turn that ends only at the
+   agent's own marker (``marker_only``: Codex ``task_started``) a ``Stop``
+   hook ends nothing.
 6. A completion with a wakeup armed (``wakes_at``) due within
    ``wakeup_hold`` seconds of the turn end reads ``working`` until
    ``retry_grace`` past the wakeup time; a later wakeup completes at once
-   and its detail names the time.
+   and its detail names the time. A ``Stop`` hook's completion while Stop
+   hooks of the user's own run beside it (``stop_hooks``) reads ``working``
+   (``stop_hooks_running:N``) until the agent's next record decides (its
+   ``stop_hook_summary``: done, or blocked), at most ``stop_hook_wait``
+   seconds.
 7. A completion stands only while no later main-thread start, work or output
    exists. An ``OUTPUT`` (assistant text) that stays last becomes an
    *inferred* completion once every file of the session has been quiet for
@@ -79,7 +92,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
-from .events import COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
+from .events import BACKGROUND, COMPLETE, END, ERROR, INTERRUPT, OUTPUT, SIGNIFICANT, START, WAIT, WORK, Event, Kind
 
 #: The kinds that are not :data:`~.events.SIGNIFICANT`, as a tuple: a set
 #: lookup hashes the member (``Enum.__hash__``, Python code).
@@ -89,6 +102,11 @@ _QUIET = tuple(k for k in Kind if k not in SIGNIFICANT)
 #: record to a permission prompt before the transcript's ``ExitPlanMode``
 #: line (stamped earlier) reaches the disk.
 SAME_WAIT_SECONDS = 5.0
+#: A record older than the ``Stop`` hook that ended its turn starts that turn
+#: (:meth:`SessionReducer._late_start`) only when it is at least this much
+#: newer than the turn end before the hook (seconds): lines of one response are
+#: milliseconds apart, a user's next command and its answer take longer.
+LATE_START_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +114,16 @@ class Timing:
     """Time-based rules, all in seconds (``retry_grace``: how long past an
     announced retry time an agent's retry may be late before the error
     stands, or an armed wakeup before the turn end stands; ``wakeup_hold``:
-    the longest wakeup delay that holds the page)."""
+    the longest wakeup delay that holds the page; ``stop_hook_wait``: how
+    long a ``Stop`` hook waits for the agent's word that the user's own Stop
+    hooks are done)."""
 
     inferred_settle: float = 30.0
     marker_wait: float = 300.0
     stall_after: float = 600.0
     retry_grace: float = 30.0
     wakeup_hold: float = 900.0
+    stop_hook_wait: float = 600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +169,8 @@ class SessionReducer:
 
     __slots__ = ("timing", "_last", "_last_key", "_last_live", "turn", "_turn_start",
                  "_turn_error", "last_event_ts", "last_text", "_turn_auto", "_wait", "passed", "owed",
-                 "_pending", "_review", "_marker_only", "_wait_review", "_wakes_at", "_before")
+                 "_pending", "_review", "_marker_only", "_wait_review", "_wakes_at", "_before", "_told",
+                 "_undone_at", "_end_before")
 
     def __init__(self, timing: Timing):
         self.timing = timing
@@ -179,6 +201,13 @@ class SessionReducer:
         self._wait_review = False
         self._wakes_at: float | None = None
         self._before: tuple | None = None  # the state before the current turn's start (for ``undo``)
+        #: What the agent itself last stated is pending (:attr:`~.events.Event.told`) in this
+        #: turn's end; None: it stated nothing since the turn's last start or tool work.
+        self._told: str | None = None
+        #: Record time of an ``undo`` that found no start to take back (the start may come later).
+        self._undone_at: float | None = None
+        #: Record time of the turn end before a ``Stop`` hook that continued it (for a late start).
+        self._end_before: float | None = None
 
     @property
     def decided_at(self) -> float | None:
@@ -213,6 +242,11 @@ class SessionReducer:
             ev.wakes_at = self._wakes_at  # a Stop hook at the end of a turn that armed a wakeup
         key = (ev.ts if ev.ts is not None else self._last_key[0], seq)
         prev = self._last.kind if self._last is not None else None
+        if kind == START and self._undone_at is not None and ev.ts is not None and ev.ts <= self._undone_at:
+            self._undone_at = None
+            return  # the start an earlier ``undo`` took back, told late (a hook read after the record)
+        if key < self._last_key and self._late_start(ev, prev, ident_key, live):
+            return
         if key < self._last_key and kind in (ERROR, INTERRUPT) and prev == COMPLETE and self._last.open_only \
                 and self._last.ts is not None and ev.ts is not None and self._last.ts - ev.ts <= SAME_WAIT_SECONDS:
             # the end a hook told (Gemini CLI AfterAgent, also after Esc or an API error) was this cancel or
@@ -231,11 +265,19 @@ class SessionReducer:
             return  # nothing to end
         if ev.open_only and prev not in (START, WORK, OUTPUT, WAIT):
             return  # the turn already ended otherwise (cancelled, failed): this end is not news
-        if kind == COMPLETE and ev.final:
-            if self._marker_only:
+        if ev.told is not None:
+            self._told = ev.told  # the agent's own word: it decides over the bookkeeping for this turn's end
+        elif kind == START or kind == WORK and not ev.cont:
+            self._told = None  # a new start or new tool work: what was stated before no longer covers it
+        if kind == COMPLETE:
+            if ev.final and self._marker_only:
                 return  # the turn ends at the agent's own marker (Codex task_complete), whatever a hook says
-            if self._pending:  # the Stop hook ran, but something resumes the agent by itself
-                ev.kind, kind, ev.cont, ev.detail, ev.final = WORK, WORK, True, self._pending, False
+            pending = self._pending
+            if self._told is not None:  # the statement is about background work; other pending stays
+                pending = ";".join([self._told] * bool(self._told) + [
+                    p for p in pending.split(";") if p and not p.startswith(BACKGROUND)])
+            if pending:  # the turn's end was written, but something resumes the agent by itself
+                ev.kind, kind, ev.cont, ev.detail, ev.final = WORK, WORK, True, pending, False
         if kind == END:
             if prev == ERROR and self._last.retry_in is not None:
                 self._last = replace(self._last, retry_in=None)  # the agent's process ended: no retry comes
@@ -244,7 +286,10 @@ class SessionReducer:
                 return  # the turn had already ended: nothing to change
             ev.kind, kind = INTERRUPT, INTERRUPT
         if kind == OUTPUT and prev == COMPLETE and self._last.final:
-            return  # the agent reported its stop; this is its answer, flushed late
+            # the agent reported its stop; this is its answer, flushed late (the first record of the turn
+            # the hook ended, when it came right after an earlier turn's end: a ``!`` command's answer)
+            self._late_start(ev, prev, ident_key, live)
+            return
         if kind == WAIT:
             if prev == WAIT:  # the same wait, told again (transcript and hook, or two hooks)
                 key0, reason, tool = self._wait
@@ -277,13 +322,37 @@ class SessionReducer:
             self._turn_error = None
         if ev.text is not None and kind in (OUTPUT, COMPLETE):
             self.last_text = ev.text
+        self._end_before = self._last.ts if (kind == COMPLETE and ev.final and terminal and prev is not None
+                                             and self._last is not None) else None
+        self._undone_at = None
         self._last, self._last_key, self._last_live = ev, key, live
+
+    def _late_start(self, ev: Event, prev, ident_key, live: bool) -> bool:
+        """A turn's first record read after the ``Stop`` hook that ended it
+        (Claude Code 2.1.332 may flush the answer to a ``!`` command after its
+        Stop hook ran, and nothing else starts that turn): the hook came right
+        after an earlier turn's end, and ``ev`` is newer than that end (older
+        than the hook, or assistant output flushed after it) and not a
+        continuation.
+        The hook's completion then ends a turn of its own, begun at ``ev``.
+        True when so (``ev`` applied)."""
+        if (self._end_before is None or prev != COMPLETE or not self._last.final or ev.cont or ev.ts is None
+                or ev.ts < self._end_before + LATE_START_SECONDS or ev.kind not in (START, WORK, OUTPUT)):
+            return False
+        end, end_key, end_live = self._last, self._last_key, self._last_live
+        self._new_turn(ev, ident_key, live)
+        self._turn_error = None
+        self._end_before = None
+        self._last, self._last_key, self._last_live = end, end_key, end_live
+        return True
 
     def _undo(self, ev: Event) -> None:
         """The turn just started was not one (``undo``): back to the state
         before its start, when nothing but that start (and, within the same
         ``turn_id``, assistant output) has happened since."""
         b, last = self._before, self._last
+        if last is None or last.kind != START:
+            self._undone_at = ev.ts  # its start may still come (a hook read after the record)
         if b is None or last is None or (ev.turn_id and self.turn != ev.turn_id):
             return
         if last.kind != START and not (last.kind == OUTPUT and ev.turn_id):
@@ -321,6 +390,9 @@ class SessionReducer:
         if kind == COMPLETE:
             if self._turn_error:
                 return Status("error", error_kind=self._turn_error, **common)
+            if last.stop_hooks and last.ts is not None and now < last.ts + self.timing.stop_hook_wait:
+                common["detail"] = f"stop_hooks_running:{last.stop_hooks}"
+                return Status("working", **common)  # the user's own Stop hooks may still block the stop
             wakes = last.wakes_at
             if wakes is not None and last.ts is not None and wakes > last.ts:
                 common["detail"] = f"wakeup_armed:{_iso(wakes)}"

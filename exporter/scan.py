@@ -103,29 +103,88 @@ def by_day(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _usd(c) -> str:
-    return "-" if c is None else f"${c:,.2f}"
+def usd(c: float | None, tokens: int = 1, more: bool = False) -> str:
+    """A cost for people: ``$1,234.57``; ``<$0.01`` for less than a cent;
+    ``unpriced`` when ``c`` is None and there are ``tokens`` (no price
+    known); ``-`` when there are no tokens; ``+`` after it when ``more``
+    (tokens of no known price beside the priced ones, not in ``c``)."""
+    if c is None:
+        return "unpriced" if tokens else "-"
+    plus = "+" if more else ""
+    if 0 < c < 0.005:
+        return "<$0.01" + plus
+    return f"${c:,.2f}{plus}"
+
+
+def compact(n: int) -> str:
+    """A token count at a glance: ``850``, ``12k``, ``1.2M``, ``3.4B``
+    (one decimal below 10 of the unit; ``-`` for 0)."""
+    if not n:
+        return "-"
+    for unit, size in (("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size * 0.9995:  # 999,999 is 1.0M, not 1,000k
+            v = n / size
+            return f"{v:.1f}{unit}" if v < 9.95 else f"{v:,.0f}{unit}"
+    return str(n)
+
+
+def _tokens(m: dict) -> int:
+    """Input + output + cache reads + cache writes (reasoning is part of
+    output), as ccusage's "Total Tokens"."""
+    return m["input"] + m["output"] + m["cache_read"] + m["cache_write"]
+
+
+def usage_hint(rows: list[dict]) -> str | None:
+    """A line for people when some tokens have no price (their cost is in
+    no total), naming the models; None when every token is priced."""
+    from .usage import view_total
+
+    total = view_total(rows)
+    if not total["unpriced_tokens"]:
+        return None
+    names = total["unpriced_models"]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    what = ("no model here has a known price" if total["cost_usd"] is None
+            else f"{total['unpriced_tokens']:,} tokens are of models with no known price, in no cost")
+    unknown = "; 'unknown': responses before any model was recorded" if "unknown" in names else ""
+    return f"{what} ({shown}{unknown}); add prices under usage.prices (docs/tokens.md)"
+
+
+def _align(table: list[tuple], right: set[int]) -> list[str]:
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in table]
 
 
 def format_days(days: list[dict]) -> list[str]:
     """The plain ``scan --by day`` output: one row per day and model (tokens
-    by type, cost), a row per day with its total, and a total line."""
+    by type, their total, cost), a row with the day's total where a day has
+    more than one model, and a total line."""
     from .usage import TYPES
 
-    table = [("DATE", "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "COST")]
+    head = ("DATE", "MODEL", "INPUT", "OUTPUT", "CACHE READ", "CACHE WRITE", "REASONING", "TOTAL TOKENS", "COST")
+
+    def line(date, label, m, cost, more=False):
+        return (date, label) + tuple(f"{m[t]:,}" for t in TYPES) + (f"{_tokens(m):,}", usd(cost, _tokens(m), more))
+
+    table = [head]
     grand = dict.fromkeys(TYPES, 0)
-    grand_cost = None
+    grand_cost, grand_more = None, False
     for d in days:
+        day = dict.fromkeys(TYPES, 0)
         for model, m in sorted(d["models"].items()):
-            table.append((d["date"], model) + tuple(f"{m[t]:,}" for t in TYPES) + (_usd(m["cost_usd"]),))
+            table.append(line(d["date"], model, m, m["cost_usd"]))
             for t in TYPES:
+                day[t] += m[t]
                 grand[t] += m[t]
+        more = any(m["cost_usd"] is None for m in d["models"].values())
+        grand_more = grand_more or more
+        if len(d["models"]) > 1:
+            table.append(line(d["date"], f"(all {len(d['models'])} models)", day, d["cost_usd"], more))
         if d["cost_usd"] is not None:
             grand_cost = (grand_cost or 0.0) + d["cost_usd"]
-    table.append(("TOTAL", "") + tuple(f"{grand[t]:,}" for t in TYPES) + (_usd(grand_cost),))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return ["  ".join(c.rjust(w) if i >= 2 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-            for row in table]
+    table.append(line("TOTAL", f"{len(days)} day" + ("" if len(days) == 1 else "s"), grand, grand_cost, grand_more))
+    return _align(table, set(range(2, len(head))))
 
 
 def _ago(seconds: float) -> str:
@@ -137,9 +196,10 @@ def _ago(seconds: float) -> str:
 
 
 def format_table(rows: list[dict], now: float) -> list[str]:
-    """The plain ``scan`` output: a header row and one aligned row per
-    session; times are local (``YYYY-MM-DD HH:MM``) with their age at
-    ``now`` (Unix seconds)."""
+    """The plain ``scan`` output: a header row, one aligned row per session
+    and a total line; times are local (``YYYY-MM-DD HH:MM``) with their age
+    at ``now`` (Unix seconds); tokens (:func:`compact`) and cost
+    (:func:`usd`) right-aligned."""
     from datetime import datetime
 
     def when(t):
@@ -147,17 +207,24 @@ def format_table(rows: list[dict], now: float) -> list[str]:
             return "-"
         return f"{datetime.fromtimestamp(t).strftime('%Y-%m-%d %H:%M')} ({_ago(now - t)})"
 
-    table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT", "COST")]
+    from .usage import view_total
+
+    def unpriced(usage: dict) -> bool:
+        return any(m["cost_usd"] is None for m in usage.values())
+
+    table = [("PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST EVENT", "TOKENS", "COST")]
     for r in rows:
         wait = r.get("waiting_for") or {}
         how = r["evidence"] or r["error_kind"] or (
             f"{wait.get('reason')}" + (f" ({wait['tool']})" if wait.get("tool") else "") if wait else "-")
+        n = sum(_tokens(m) for m in (r.get("usage") or {}).values())
         table.append((r["provider"], r["session_id"], r["project"] or "-", r["state"], how,
-                      when(r["since"]), when(r["last_event_at"]), _usd(r.get("cost_usd"))))
-    costs = [r["cost_usd"] for r in rows if r.get("cost_usd") is not None]
-    table.append(("TOTAL", f"{len(rows)} sessions", "", "", "", "", "", _usd(sum(costs)) if costs else "-"))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+                      when(r["since"]), when(r["last_event_at"]), compact(n),
+                      usd(r.get("cost_usd"), n, unpriced(r.get("usage") or {}))))
+    total = view_total(rows)
+    table.append(("TOTAL", f"{len(rows)} sessions", "", "", "", "", "", compact(total["tokens"]),
+                  usd(total["cost_usd"], total["tokens"], bool(total["unpriced_tokens"]))))
+    return _align(table, {7, 8})
 
 
 def print_progress(msg: str) -> None:

@@ -6,14 +6,16 @@ since :func:`.web.make_app` checks both before it dispatches here):
 - ``/``: ``statuspage.html`` (package data), one dependency-free file whose
   script polls the two endpoints below every two seconds.
 - ``/api/v1/sessions``: ``{"machine", "fleet", "now", "ready", "states", "agents", "sessions",
-  "sessions_dropped"}``. ``sessions`` are the store's rows
+  "sessions_dropped", "usage_total"}``. ``sessions`` are the store's rows
   (:meth:`.store.SessionStore.rows`: the fields of ``scan --json``), most
   recently written first, cut to ``metrics.max_sessions`` like the
   per-session series (``sessions_dropped`` says how many the cap left out).
   ``states`` is :data:`.reducer.STATES` in order; ``agents`` maps provider
   names to display names; ``now`` is the exporter's clock (Unix seconds) so
   that relative times do not depend on the browser's clock; ``ready`` is
-  False during the start-up scan.
+  False during the start-up scan; ``usage_total`` sums the tokens and cost
+  of ``sessions`` (:func:`.usage.view_total`). ``mutes`` (when the exporter runs its
+  alerter): :meth:`.suppress.Mutes.rows`, who is muted and until when.
 - ``/api/v1/health``: ``machine`` (config ``machine``, default the host
   name) and the exporter's own numbers, read from the same
   instruments ``/metrics`` exposes: ``files_watched``, ``parse_errors`` and
@@ -39,6 +41,7 @@ import orjson
 from . import __version__
 from .names import STATES
 from .providers import PROVIDER_MODULES
+from .usage import view_total
 
 PAGE_FILE = "statuspage.html"
 API_SESSIONS = "/api/v1/sessions"
@@ -67,7 +70,7 @@ def sessions_payload(snapshot, ready: bool, now: float | None = None, machine: s
     rows, _counts, dropped = snapshot()
     return {"machine": machine, "fleet": fleet, "now": time.time() if now is None else now, "ready": ready, "states": list(STATES),
             "agents": {name: mod.LABEL for name, mod in PROVIDER_MODULES.items()},
-            "sessions": rows, "sessions_dropped": dropped}
+            "sessions": rows, "sessions_dropped": dropped, "usage_total": view_total(rows)}
 
 
 def health_payload(metrics, last_alert, alerts_on: bool, now: float | None = None,
@@ -108,11 +111,14 @@ def load_page(telemetry_path: str) -> tuple[bytes, str]:
 
 
 def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_path: str,
-               machine: str | None = None, fleet: bool = False):
+               machine: str | None = None, fleet: bool = False, mutes=None):
     """WSGI app of ``/`` and ``/api/v1/*`` (see the module doc). ``snapshot``
     is :meth:`.store.SessionStore.snapshot`; ``ready()`` tells whether the
     start-up scan is done; ``machine`` heads both JSON bodies; ``fleet``
-    tells the page to show ``/api/v1/fleet`` (served by :mod:`.fleet`)."""
+    tells the page to show ``/api/v1/fleet`` (served by :mod:`.fleet`);
+    ``mutes()`` gives :meth:`.suppress.Mutes.rows` for the sessions body's
+    ``mutes`` (the page shows who is muted, and mutes through
+    :mod:`.mute_api`)."""
     page, csp = load_page(telemetry_path)
 
     def reply(start_response, status: str, ctype: str, body: bytes, extra=()):
@@ -129,7 +135,10 @@ def status_app(snapshot, metrics, last_alert, alerts_on: bool, ready, telemetry_
             return reply(start_response, "200 OK", "text/html; charset=utf-8", page,
                          [("Content-Security-Policy", csp), ("Referrer-Policy", "no-referrer")])
         if path == API_SESSIONS:
-            body = orjson.dumps(sessions_payload(snapshot, bool(ready()), machine=machine, fleet=fleet))
+            payload = sessions_payload(snapshot, bool(ready()), machine=machine, fleet=fleet)
+            if mutes is not None:
+                payload["mutes"] = mutes()
+            body = orjson.dumps(payload)
         elif path == API_HEALTH:
             body = orjson.dumps(health_payload(metrics, last_alert, alerts_on, machine=machine))
         else:

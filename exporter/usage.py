@@ -128,8 +128,8 @@ class Tally:
 
     def summary(self, prices: Prices) -> dict:
         """``{model: {"input", "output", "cache_read", "cache_write",
-        "reasoning", "cost_usd"}}`` (``cost_usd``: None when the model has
-        no price), cached until the next response."""
+        "reasoning", "cost_usd"}}`` (``cost_usd``: USD rounded to 1e-6, None
+        when the model has no price), cached until the next response."""
         cached = self._summary
         if cached is not None and cached[0] == self.version:
             return cached[1]
@@ -143,6 +143,9 @@ class Tally:
                 row[t] += v
             cost = prices.cost(model, bucket, vals)
             row["cost_usd"] = None if cost is None or row["cost_usd"] is None else row["cost_usd"] + cost
+        for row in out.values():  # micro-dollars: no float noise in the JSON
+            if row["cost_usd"] is not None:
+                row["cost_usd"] = round(row["cost_usd"], 6)
         self._summary = (self.version, out)
         return out
 
@@ -166,7 +169,7 @@ class Tally:
             if row["cost_usd"] is not None:
                 total += row["cost_usd"]
                 priced = True
-        return total if priced else None
+        return round(total, 6) if priced else None
 
     def __getstate__(self):
         return (self.tokens, self.keys, self.version)
@@ -176,17 +179,33 @@ class Tally:
         self._summary = None
 
 
-def summary_total(usage: dict) -> dict:
-    """Sum a :meth:`Tally.summary`-shaped dict over its models: ``{"input",
-    …, "cost_usd"}`` (``cost_usd`` of the priced models; None when none is)."""
+def view_total(rows) -> dict:
+    """The usage of a view's session rows (:meth:`.store.SessionStore.rows`,
+    their ``usage``), summed over sessions and models: ``{"input", "output",
+    "cache_read", "cache_write", "reasoning"`` (tokens), ``"tokens"``
+    (input + output + cache reads + cache writes: reasoning is part of
+    output, as ccusage's "Total Tokens"), ``"cost_usd"`` (USD of the priced
+    models, rounded to 1e-6; 0.0 when there are no tokens; None when there
+    are tokens and none of a priced model), ``"unpriced_tokens"`` (tokens, as
+    ``"tokens"``, of models with no price: not in ``cost_usd``),
+    ``"unpriced_models"`` (their names, sorted)}``."""
     out = dict.fromkeys(TYPES, 0)
-    cost = None
-    for row in usage.values():
-        for t in TYPES:
-            out[t] += row[t]
-        if row["cost_usd"] is not None:
-            cost = (cost or 0.0) + row["cost_usd"]
-    out["cost_usd"] = cost
+    cost, unpriced, models = None, 0, set()
+    for r in rows:
+        for model, row in (r.get("usage") or {}).items():
+            for t in TYPES:
+                out[t] += row[t]
+            if row["cost_usd"] is None:
+                unpriced += row["input"] + row["output"] + row["cache_read"] + row["cache_write"]
+                models.add(model)
+            else:
+                cost = (cost or 0.0) + row["cost_usd"]
+    out["tokens"] = out["input"] + out["output"] + out["cache_read"] + out["cache_write"]
+    if cost is None and not out["tokens"]:
+        cost = 0.0
+    out["cost_usd"] = None if cost is None else round(cost, 6)
+    out["unpriced_tokens"] = unpriced
+    out["unpriced_models"] = sorted(models)
     return out
 
 

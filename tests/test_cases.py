@@ -32,7 +32,8 @@ K = 1.0 if SLOW else 0.1
 LINE_DELAY = 0.1  # the README says about 200 ms; half keeps the suite quick
 TIMING = {
     "reducer": {"inferred_settle_seconds": 30.0 * K, "marker_wait_seconds": 300.0 * K,
-                "stall_after_seconds": 600.0 * K, "api_retry_grace_seconds": 30.0 * K},
+                "stall_after_seconds": 600.0 * K, "api_retry_grace_seconds": 30.0 * K,
+                "stop_hook_wait_seconds": 600.0 * K},
     "alerts": {"settle_seconds": 2.0 if SLOW else 1.0},
 }
 PROVIDERS = {"claude": "claude_code", "codex": "codex", "copilot": "copilot_cli", "pi": "pi"}
@@ -169,7 +170,8 @@ class Replay:
     def play(self, step: dict, exp) -> None:
         """Play one step that is not an ``expect``: ``write``, ``wait`` (in
         case seconds, scaled by ``K``), ``touch``, ``restart`` (of ``exp``),
-        ``rewrite`` or ``hook``. Raises AssertionError for an unknown step."""
+        ``rewrite``, ``hook`` or ``settings`` (the user's Claude Code
+        ``settings.json``). Raises AssertionError for an unknown step."""
         if "write" in step:
             self.write(step)
         elif "wait" in step:
@@ -185,6 +187,10 @@ class Replay:
             self.rewrite(step)
         elif "hook" in step:
             self.hook(step, exp)
+        elif "settings" in step:  # the user's own Claude Code settings (hooks), beside its projects folder
+            path = self.root.joinpath(*BASES["claude_code"][:-1], "settings.json")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(step["settings"]))
         else:
             raise AssertionError(f"{self.name}: unknown step {step}")
 

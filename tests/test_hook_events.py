@@ -33,7 +33,8 @@ EXPECTED = {
     ("claude_code", "PermissionDenied"): ("waiting", "working", None),
     ("claude_code", "UserPromptSubmit"): ("completed", "working", None),
     ("claude_code", "Stop"): ("working", "completed", None),
-    ("claude_code", "Stop_background_tasks"): ("working", "working", None),
+    ("claude_code", "Stop_background_tasks"): ("working", "completed", None),  # a shell: not pending work
+    ("claude_code", "Stop_background_agent"): ("working", "working", None),
     ("claude_code", "StopFailure"): ("working", "error", None),
     ("claude_code", "SessionEnd"): ("waiting", "interrupted", None),
     ("claude_code", "SubagentStop"): ("working", "working", None),

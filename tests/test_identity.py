@@ -73,7 +73,7 @@ def test_judge_rules():
     assert ident.judge(seen_a, "u1", 10.0) == OWN
     assert ident.judge(seen_a, "u1", 10.0) == DUPLICATE
     assert ident.judge(seen_b, "u1", 10.0) == COPY  # the same record in another session
-    assert ident.judge(set(), "u1", 11.0) == OWN  # the same id written anew (field case 30)
+    assert ident.judge(set(), "u1", 11.0) == COPY  # the same id stamped anew: still a copy (issue 29)
     # naming another session: a copy only when older than the file's first write
     assert ident.judge(set(), "u2", 100.0, foreign=True, born=1000.0) == COPY
     assert ident.judge(set(), "u3", 990.0, foreign=True, born=1000.0) == OWN
@@ -141,3 +141,20 @@ def test_backfill_is_never_news(tmp_path):
     fs = Files(tmp_path)
     fs.write(A, _turn(A, "a1", time.time()), live=False)
     assert fs.ends() == {A: [False]}
+
+
+def test_resumed_copies_stamped_anew_are_not_news(tmp_path):
+    """Issue 29: a resumed session's new file carries the earlier turns with
+    the same record uuids under the new sessionId, stamped anew: a uuid seen
+    under another session is a copy (no second page); the new turn pages."""
+    fs = Files(tmp_path)
+    t0 = time.time() - 600
+    old = _turn(A, "a1", t0)
+    fs.write(A, old)
+    assert fs.ends() == {A: [True]}
+    now = time.time()
+    copies = [{**r, "sessionId": B} for r in _turn(B, "a1", now - 5)]  # A's uuids, B's id, new times
+    fs.write(B, copies)
+    assert fs.ends() == {B: [False]}  # sets the state, never news
+    fs.write(B, _turn(B, "b1", now))
+    assert fs.ends() == {B: [True]}

@@ -53,6 +53,26 @@ def aborted(s: CodexSession) -> bytes:
     return s.line("event_msg", type="turn_aborted", reason="interrupted", turn_id=f"{s.sid}-t{s.turn}")
 
 
+def billed(line: bytes, request: str, **usage) -> bytes:
+    """A Claude assistant record with the ``message.usage`` and ``requestId``
+    of its API response (Claude Code 2.1.x fields)."""
+    rec = json.loads(line)
+    rec["requestId"] = request
+    rec["message"]["usage"] = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0,
+                               "cache_creation_input_tokens": 0, **usage}
+    return json.dumps(rec).encode() + b"\n"
+
+
+def codex_usage(s: CodexSession, model: str, input_tokens: int, cached: int, output: int, reasoning: int = 0) -> bytes:
+    """A Codex ``turn_context`` naming the model and one ``token_count`` of a
+    response (Codex 0.1xx: input includes the cached tokens, output the reasoning)."""
+    last = {"input_tokens": input_tokens, "cached_input_tokens": cached, "output_tokens": output,
+            "reasoning_output_tokens": reasoning, "total_tokens": input_tokens + output}
+    return (s.line("turn_context", cwd=s.cwd, model=model, approval_policy="never")
+            + s.line("event_msg", type="token_count", info={"total_token_usage": last, "last_token_usage": last},
+                     rate_limits=None))
+
+
 def aged(data: bytes, seconds: float) -> bytes:
     """The same records with their timestamps moved ``seconds`` into the past."""
     when = datetime.fromtimestamp(time.time() - seconds, timezone.utc).isoformat(timespec="milliseconds")
@@ -76,11 +96,15 @@ def test_sessions_and_health_api(tmp_path):
             ClaudeSession("d0000000-0000-4000-8000-00000000000d", "/home/dev/docs")
         result = a.tool_result()
         # in write order; a duplicate record in a, a malformed line in c
-        write(claude_path(tmp_path, a.sid), a.prompt() + a.tool_use() + result + result + a.text() + a.turn_duration())
+        write(claude_path(tmp_path, a.sid), a.prompt() + billed(a.tool_use(), "req_a1", input_tokens=40, output_tokens=900,
+                                                                 cache_read_input_tokens=120_000,
+                                                                 cache_creation_input_tokens=8_000)
+              + result + result + billed(a.text(), "req_a2", input_tokens=2, output_tokens=300) + a.turn_duration())
         time.sleep(0.05)
         write(claude_path(tmp_path, b.sid), b.prompt() + b.api_error())
         time.sleep(0.05)
-        write(codex_path(tmp_path, c.sid), c.meta() + c.start() + b'{"type": "event_msg", "pay\n' + c.call())
+        write(codex_path(tmp_path, c.sid), c.meta() + c.start() + b'{"type": "event_msg", "pay\n' + c.call()
+              + codex_usage(c, "local-llama-70b", 5_000, 3_000, 250, 100))
         time.sleep(0.05)
         write(claude_path(tmp_path, d.sid), d.prompt() + ask(d))
         for s, state in ((a, "completed"), (b, "error"), (c, "working"), (d, "waiting")):
@@ -101,6 +125,18 @@ def test_sessions_and_health_api(tmp_path):
         assert by_id[b.sid]["state"] == "error" and by_id[b.sid]["error_kind"] == "rate_limit"
         assert by_id[c.sid]["state"] == "working" and by_id[c.sid]["waiting_for"] is None
         assert by_id[d.sid]["waiting_for"] == {"reason": "question", "tool": "AskUserQuestion"}
+        # tokens and cost per session, and their total over the sessions of the view
+        assert by_id[a.sid]["usage"]["claude-sonnet-4-5"] | {"cost_usd": None} == {
+            "input": 42, "output": 1200, "cache_read": 120_000, "cache_write": 8_000, "reasoning": 0, "cost_usd": None}
+        a_cost = by_id[a.sid]["cost_usd"]
+        assert a_cost == pytest.approx(42 * 3e-6 + 1200 * 15e-6 + 120_000 * 0.3e-6 + 8_000 * 3.75e-6)
+        assert by_id[c.sid]["usage"] == {"local-llama-70b": {"input": 2_000, "output": 250, "cache_read": 3_000,
+                                                             "cache_write": 0, "reasoning": 100, "cost_usd": None}}
+        assert by_id[c.sid]["cost_usd"] is None and by_id[b.sid]["usage"] == {} and by_id[b.sid]["cost_usd"] is None
+        assert sessions["usage_total"] == {
+            "input": 2_042, "output": 1_450, "cache_read": 123_000, "cache_write": 8_000, "reasoning": 100,
+            "tokens": 2_042 + 1_450 + 123_000 + 8_000, "cost_usd": a_cost,
+            "unpriced_tokens": 2_000 + 250 + 3_000, "unpriced_models": ["local-llama-70b"]}
         # metrics.project_label applies: hashed, the folder name appears nowhere
         assert by_id[a.sid]["project"] == hashlib.sha256(b"/home/dev/webshop").hexdigest()[:8]
         raw = json.dumps(sessions)
@@ -165,7 +201,10 @@ def test_no_alerts_configured_says_so(tmp_path):
     with Exporter(tmp_path) as exp:
         health = get_json(exp.port, "/api/v1/health")
         assert health["alerts_on"] is False and health["last_alert"] is None
-        assert get_json(exp.port, "/api/v1/sessions")["sessions"] == []
+        sessions = get_json(exp.port, "/api/v1/sessions")
+        assert sessions["sessions"] == []
+        assert sessions["usage_total"] == {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0, "reasoning": 0,
+                                           "tokens": 0, "cost_usd": 0.0, "unpriced_tokens": 0, "unpriced_models": []}
 
 
 def test_page_ships_in_the_wheel(tmp_path):
@@ -180,11 +219,20 @@ def test_page_ships_in_the_wheel(tmp_path):
 
 # -- the page in a real browser -----------------------------------------------------------
 ROWS_JS = """[...document.querySelectorAll('#sessions tbody tr')].map(tr => ({
-  session: tr.dataset.session, text: tr.innerText, state: tr.querySelector('.state').innerText}))"""
+  session: tr.dataset.session, text: tr.innerText, state: tr.querySelector('.state').innerText,
+  since: tr.querySelector('[data-label=Since]').innerText,
+  tokens: tr.querySelector('[data-label=Tokens]').innerText, cost: tr.querySelector('[data-label=Cost]').innerText,
+  tokens_title: tr.querySelector('[data-label=Tokens]').title, cost_title: tr.querySelector('[data-label=Cost]').title}))"""
 
 
 def rows(page) -> dict[str, dict]:
     return {r["session"]: r for r in page.js(ROWS_JS)}
+
+
+def total(page) -> dict:
+    """The total row of the sessions shown: its label, tokens and cost as the page shows them."""
+    return page.js("(([l, t, c]) => ({label: l.firstChild.textContent, tokens: t.innerText, cost: c.innerText,"
+                   " note: l.querySelector('.reason')?.innerText ?? null}))([...document.querySelectorAll('#total td')])")
 
 
 @pytest.mark.skipif(chromium() is None, reason="Debian's chromium is not installed (apt-get install chromium)")
@@ -197,11 +245,18 @@ def test_page_in_headless_chromium(tmp_path):
     mobile = CodexSession("0196c100-0000-7000-8000-00000000000f", "/home/dev/mobile-app")
     old = ClaudeSession("e0000000-0000-4000-8000-00000000000e", "/home/dev/old-prototype")
     # there before the exporter starts, written 3 days, 2 hours and 25 minutes ago
-    for path, data, age in ((claude_path(tmp_path, old.sid), old.prompt() + old.text() + old.turn_duration(), 3 * 86400),
-                            (codex_path(tmp_path, mobile.sid),
-                             mobile.meta() + mobile.start() + mobile.call() + aborted(mobile), 7200),
-                            (claude_path(tmp_path, web.sid), web.prompt() + web.tool_use() + web.tool_result()
-                             + web.text() + web.turn_duration(), 1500)):
+    # with the usage of their API responses: web 1.22 M tokens in six responses (priced), mobile on gpt-5.5 (priced), old
+    # 40 k; infra's model is one no price list knows, api has none (an API error)
+    for path, data, age in ((claude_path(tmp_path, old.sid), old.prompt() + billed(old.text(), "req_o", input_tokens=9,
+                                                                                    output_tokens=2_000,
+                                                                                    cache_read_input_tokens=38_000)
+                             + old.turn_duration(), 3 * 86400),
+                            (codex_path(tmp_path, mobile.sid), mobile.meta() + mobile.start() + mobile.call()
+                             + codex_usage(mobile, "gpt-5.5", 21_000, 14_336, 640, 200) + aborted(mobile), 7200),
+                            (claude_path(tmp_path, web.sid), web.prompt() + b"".join(
+                                billed(web.tool_use(), f"req_w{i}", input_tokens=205, output_tokens=8_000,
+                                       cache_read_input_tokens=185_000, cache_creation_input_tokens=10_667)
+                                + web.tool_result() for i in range(6)) + web.text() + web.turn_duration(), 1500)):
         write(path, aged(data, age))
         os.utime(path, (time.time() - age,) * 2)
     # sessions leave the store after metrics.session_ttl_seconds (a day by default): keep a week here
@@ -211,8 +266,9 @@ def test_page_in_headless_chromium(tmp_path):
     try:
         # written while it runs
         write(claude_path(tmp_path, api.sid), api.prompt() + api.api_error())
-        write(claude_path(tmp_path, docs.sid), docs.prompt() + ask(docs))
-        write(codex_path(tmp_path, infra.sid), infra.meta() + infra.start() + infra.call())
+        write(claude_path(tmp_path, docs.sid), docs.prompt() + billed(ask(docs), "req_d1", input_tokens=3, output_tokens=90))
+        write(codex_path(tmp_path, infra.sid), infra.meta() + infra.start() + infra.call()
+              + codex_usage(infra, "local-llama-70b", 300_000, 250_000, 4_000, 1_000))
         want = {web.sid: ("completed", "explicit"), api.sid: ("error", "rate limit"),
                 docs.sid: ("waiting", "question · AskUserQuestion"), infra.sid: ("working", ""),
                 mobile.sid: ("interrupted", ""), old.sid: ("completed", "explicit")}
@@ -237,7 +293,53 @@ def test_page_in_headless_chromium(tmp_path):
             files = page.js("document.querySelector('[data-health=files_watched] dd').innerText")
             assert files == str(int(exp.value("coding_agent_files_watched")))
             assert page.js("document.querySelector('[data-health=alerts_sent] dd').innerText") == "2"
-            assert shown[web.sid]["text"].endswith("25 min") and shown[mobile.sid]["text"].endswith("2 h")
+            assert shown[web.sid]["since"] == "25 min" and shown[mobile.sid]["since"] == "2 h"
+            # tokens and cost per session at a glance: compact, "<$0.01" below a cent, "—" where no price is
+            # known (never $0), "–" without usage; the breakdown in the tooltips
+            api_rows = {r["session_id"]: r for r in get_json(exp.port, "/api/v1/sessions")["sessions"]}
+            web_cost = api_rows[web.sid]["cost_usd"]
+            assert web_cost == pytest.approx(6 * (205 * 3e-6 + 8_000 * 15e-6 + 185_000 * 0.3e-6 + 10_667 * 3.75e-6))
+            assert (shown[web.sid]["tokens"], shown[web.sid]["cost"]) == ("1.2 M tok", f"${web_cost:.2f}")
+            assert (shown[docs.sid]["tokens"], shown[docs.sid]["cost"]) == ("93 tok", "<$0.01")
+            assert (shown[infra.sid]["tokens"], shown[infra.sid]["cost"]) == ("304 k tok", "—")
+            assert (shown[api.sid]["tokens"], shown[api.sid]["cost"]) == ("–", "–")
+            assert shown[mobile.sid]["tokens"] == "22 k tok"
+            assert shown[mobile.sid]["cost"] == f"${api_rows[mobile.sid]['cost_usd']:.2f}" != "$0.00"
+            assert shown[web.sid]["tokens_title"] == ("input 1,230 · output 48,000 · cache read 1,110,000 · "
+                                                      "cache write 64,002 · reasoning 0")
+            assert shown[infra.sid]["cost_title"].startswith("local-llama-70b: no price known")
+            # the total of the sessions shown: the idle one left out, the unpriced tokens marked "+"
+            five = sum(api_rows[sid]["cost_usd"] or 0 for sid in shown)
+            assert total(page) == {"label": "Total of 5 sessions", "tokens": "1.5 M tok", "cost": f"${five:.2f}+",
+                                   "note": "cost without 304 k tok of no known price"}
+            assert "304 k tok of no known price" in page.js("document.querySelector('#total td:last-child').title")
+            assert page.js("[...document.querySelectorAll('#sessions th')].map(t => t.innerText)")[-2:] == [
+                "Tokens", "Cost"]
+            # the usage columns right-aligned under their headers, the total under them
+            edges = page.js("[...document.querySelectorAll('#sessions tr')].map(tr => [...tr.children].slice(-2)"
+                            ".map(td => Math.round(td.getBoundingClientRect().right)))")
+            assert len({tuple(e) for e in edges}) == 1, edges
+            aligned = page.js("[...document.querySelectorAll('#sessions td.num, #sessions th.num')]"
+                              ".every(td => getComputedStyle(td).textAlign === 'right')")
+            assert aligned is True
+            # the Pages column's button mutes the session through the mute API (JSON, same origin)
+            page.js(f"[...document.querySelector('tr[data-session=\"{web.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'mute 1 h').click()")
+            wait_for(lambda: "muted until" in rows(page)[web.sid]["text"], timeout=10, what="the mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["sessions"]) == [f"claude_code/{web.sid}"]
+            page.js(f"[...document.querySelector('tr[data-session=\"{api.sid}\"]').querySelectorAll('button')]"
+                    ".find(b => b.textContent === 'project 1 h').click()")
+            wait_for(lambda: "project muted until" in rows(page)[api.sid]["text"], timeout=10,
+                     what="the project mute shown")
+            with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/api/v1/mutes", timeout=5) as r:
+                assert list(json.load(r)["projects"]) == ["api-server"]
+            # a page's link (alerts.link_base_url) opens the page on that one session
+            page.js(f"history.replaceState(null, '', '#session=claude_code/{web.sid}'); "
+                    "dispatchEvent(new HashChangeEvent('hashchange'))")
+            assert set(wait_for(lambda: len(rows(page)) == 1 and rows(page), what="the linked session")) == {web.sid}
+            page.js("history.replaceState(null, '', '#'); dispatchEvent(new HashChangeEvent('hashchange'))")
+            wait_for(lambda: len(rows(page)) == 5, what="all sessions back")
             light_bg = page.js("getComputedStyle(document.body).backgroundColor")
             page.screenshot(art / "status-page.png")
 
@@ -252,12 +354,25 @@ def test_page_in_headless_chromium(tmp_path):
             # filters: idle sessions on demand, one state, one agent
             page.js("document.getElementById('f-idle').click()")
             wait_for(lambda: old.sid in rows(page), what="the idle session shown")
+            # every session shown: the total is the API's usage_total for the view
+            whole = get_json(exp.port, "/api/v1/sessions")["usage_total"]
+            assert whole["unpriced_models"] == ["local-llama-70b"] and whole["tokens"] == 1_588_974
+            assert wait_for(lambda: total(page)["label"] == "Total of 6 sessions" and total(page)) == {
+                "label": "Total of 6 sessions", "tokens": "1.6 M tok", "cost": f"${whole['cost_usd']:.2f}+",
+                "note": "cost without 304 k tok of no known price"}
             page.js("(s => { s.value = 'waiting'; s.dispatchEvent(new Event('change')); })"
                     "(document.getElementById('f-state'))")
             assert set(wait_for(lambda: len(rows(page)) == 1 and rows(page))) == {docs.sid}
+            assert total(page) == {"label": "Total of 1 session", "tokens": "93 tok", "cost": "<$0.01", "note": None}
             assert "state=waiting" in page.js("location.hash")
+            page.js("history.replaceState(null, '', '#agent=codex&state=completed&idle=show');"
+                    "dispatchEvent(new HashChangeEvent('hashchange'))")
+            assert set(wait_for(lambda: len(rows(page)) == 1 and rows(page))) == {infra.sid}
+            # nothing priced in the view: no cost, never $0 (the tokens still shown)
+            assert total(page) == {"label": "Total of 1 session", "tokens": "304 k tok", "cost": "—", "note": None}
             page.js("history.replaceState(null, '', '#agent=codex'); dispatchEvent(new HashChangeEvent('hashchange'))")
             assert set(wait_for(lambda: len(rows(page)) == 2 and rows(page))) == {infra.sid, mobile.sid}
+            assert total(page)["tokens"] == "326 k tok" and total(page)["cost"].endswith("+")
             page.js("history.replaceState(null, '', '#'); dispatchEvent(new HashChangeEvent('hashchange'))")
             wait_for(lambda: len(rows(page)) == 5, what="default filters back")
 
@@ -272,6 +387,7 @@ def test_page_in_headless_chromium(tmp_path):
             page.viewport(390, 844, mobile=True)
             assert page.js("document.documentElement.scrollWidth") <= 390
             assert len(rows(page)) == 5
+            assert page.js("document.querySelector('#total').offsetHeight") > 0  # the total, a card of its own
             page.screenshot(art / "status-page-phone.png")
     finally:
         exp.stop()
@@ -370,3 +486,32 @@ def test_a_hostile_web_page_pages_nothing_and_reads_nothing(tmp_path):
         receiver.close()
     assert receiver.messages[0]["title"] == "Claude Code · bank: needs your approval"
     assert json.dumps(markup)[1:-1] in receiver.messages[0]["message"]
+
+
+@pytest.mark.skipif(chromium() is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_fleet_page_totals_the_sessions_of_every_machine(tmp_path):
+    """With ``fleet.peers`` the page's total is over every machine's sessions
+    shown (the Machine column in front), under the Tokens and Cost columns."""
+    a, b = ClaudeSession("a3000000-0000-4000-8000-00000000000a", "/home/dev/shop"), \
+        ClaudeSession("b3000000-0000-4000-8000-00000000000b", "/home/dev/billing")
+    write(claude_path(tmp_path / "b", b.sid), b.prompt() + billed(b.tool_use(), "req_b", input_tokens=10,
+                                                                    output_tokens=2_000, cache_read_input_tokens=90_000))
+    write(claude_path(tmp_path / "a", a.sid), a.prompt() + billed(a.tool_use(), "req_a", input_tokens=20,
+                                                                    output_tokens=6_000, cache_read_input_tokens=150_000))
+    with Exporter(tmp_path / "b", {"machine": "bee"}) as peer:
+        with Exporter(tmp_path / "a", {"machine": "ay", "fleet": {"peers": [f"http://127.0.0.1:{peer.port}"],
+                                                                  "poll_interval_seconds": 0.3}}) as local, \
+                Browser(chromium(), tmp_path / "chromium.log") as browser:
+            costs = [get_json(e.port, "/api/v1/sessions")["usage_total"]["cost_usd"] for e in (local, peer)]
+            page = browser.open(f"http://127.0.0.1:{local.port}/")
+            shown = wait_for(lambda: len(rows(page)) == 2 and rows(page), timeout=20, what="both machines' sessions")
+            assert (shown[a.sid]["tokens"], shown[b.sid]["tokens"]) == ("156 k tok", "92 k tok")
+            assert total(page) == {"label": "Total of 2 sessions", "tokens": "248 k tok",
+                                   "cost": f"${sum(costs):.2f}", "note": None}
+            edges = page.js("[...document.querySelectorAll('#sessions tr')].map(tr => [...tr.children].slice(-2)"
+                            ".map(td => Math.round(td.getBoundingClientRect().right)))")
+            assert len({tuple(e) for e in edges}) == 1, edges
+            assert page.js("document.querySelector('#total td').colSpan") == 7  # Machine … Since, Pages
+            page.screenshot(tmp_path / "fleet.png")
+            ARTIFACTS.mkdir(exist_ok=True)
+            shutil.copy(tmp_path / "fleet.png", ARTIFACTS / "status-page-fleet.png")

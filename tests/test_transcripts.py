@@ -163,13 +163,25 @@ def test_scan_human_output(layout):
                          text=True, timeout=60)
     assert out.returncode == 0
     header, *lines, total = out.stdout.splitlines()
-    assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT", "COST"]
-    # a cost column (USD, or "-" for a session with no priced tokens) and a total line of the sessions' cost
+    assert header.split() == ["PROVIDER", "SESSION", "PROJECT", "STATE", "HOW", "SINCE", "LAST", "EVENT", "TOKENS",
+                              "COST"]
+    # tokens at a glance (input + output + cache, "-" for none) and the cost (USD, "<$0.01" below a cent,
+    # "unpriced" for tokens of no known price, "-" for no tokens, "+" where unpriced tokens are left out of
+    # it), right-aligned under their headers
+    toks = [line.rsplit(None, 2)[1] for line in lines + [total]]
     costs = [line.rsplit(None, 1)[1] for line in lines]
-    assert all(re.fullmatch(r"\$[\d,]+\.\d\d|-", c) for c in costs), costs
+    assert all(re.fullmatch(r"\d{1,3}|\d\.\dk|\d+k|\d\.\dM|\d+M|-", t) for t in toks), toks
+    assert all(re.fullmatch(r"\$[\d,]+\.\d\d|<\$0\.01|unpriced|-", c) for c in costs), costs  # one model each
+    assert total.split()[-1].endswith("+")
+    assert all((t == "-") == (c == "-") for t, c in zip(toks, costs))
+    assert {"unpriced", "<$0.01", "-"} <= set(costs) and any(c.startswith("$") for c in costs)
+    assert all(len(line) == len(header) for line in lines + [total])  # the cost column's right edge
     assert total.split()[:3] == ["TOTAL", str(len(lines)), "sessions"]
-    assert float(total.split()[-1].strip("$").replace(",", "")) == pytest.approx(
-        sum(float(c.strip("$").replace(",", "")) for c in costs if c != "-"), abs=0.01 * len(lines))
+    assert float(total.split()[-1].strip("$+").replace(",", "")) == pytest.approx(
+        sum(float(c.strip("$").replace(",", "")) for c in costs if c.startswith("$")), abs=0.01 * len(lines))
+    # the unpriced tokens are named, and where to give their prices
+    assert re.search(r"hint: [\d,]+ tokens are of models with no known price, in no cost \(.*unknown.*\); "
+                     r"add prices under usage\.prices", out.stderr), out.stderr
     claude = [p for p in CC.glob("*.jsonl") if "subagent" not in p.name]
     # one line per session: the two 2.1.39 excerpts are one session, subagent files belong to it
     assert len(lines) == len(claude) - 1 + len(list(CX.glob("*.jsonl")))
@@ -180,7 +192,43 @@ def test_scan_human_output(layout):
         i = header.index(col)
         assert all(line[i - 2:i] == "  " and line[i] != " " for line in lines), col
     # Readable times: local date and minutes, and the age.
-    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+[smhd] ago\) +(\$[\d,.]+|-)$", line) for line in lines), lines
+    assert all(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d \(\d+[smhd] ago\) +\S+ +\S+$", line) for line in lines), lines
+
+
+def test_scan_by_day_reads_well(tmp_path):
+    """``scan --by day`` on the real live-agent runs (Claude Code priced, Codex on a stand-in model that
+    no price list knows): aligned columns, a total-tokens column as ccusage's, the day's own total
+    where it has two models, "unpriced" never $0, a total line, and a hint naming the unpriced model;
+    Codex alone: nothing is priced, and the hint says so."""
+    live = ROOT / "tests" / "fixtures" / "live-agents"
+
+    def by_day(path):
+        out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "scan", "--by", "day", str(path)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": "UTC"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines(), out.stderr
+
+    (header, *lines, total), err = by_day(live)
+    assert header.split() == ["DATE", "MODEL", "INPUT", "OUTPUT", "CACHE", "READ", "CACHE", "WRITE", "REASONING",
+                              "TOTAL", "TOKENS", "COST"]
+    assert all(len(line) == len(header) for line in lines + [total])  # right-aligned numbers
+    rows = {line.split()[1]: line.split() for line in lines}
+    assert set(rows) == {"claude-opus-5-5", "gpt-fake", "(all"}
+    assert rows["gpt-fake"][-1] == "unpriced" and rows["claude-opus-5-5"][-1].startswith("$")
+    num = lambda v: int(v.replace(",", ""))
+    for i in range(2, 8):  # the day's total is its models' sum; total tokens: input + output + cache
+        assert num(rows["(all"][i + 2]) == num(rows["gpt-fake"][i]) + num(rows["claude-opus-5-5"][i])
+    for r in rows.values():
+        r = r[2:] if r[1] != "(all" else r[4:]
+        assert num(r[5]) == num(r[0]) + num(r[1]) + num(r[2]) + num(r[3])
+    # what is priced, marked "+": the unpriced tokens are not in it
+    assert rows["(all"][-1] == total.split()[-1] == rows["claude-opus-5-5"][-1] + "+"
+    assert total.split()[:3] == ["TOTAL", "1", "day"]
+    assert "hint: 1,540 tokens are of models with no known price, in no cost (gpt-fake)" in err
+
+    (header, *lines, total), err = by_day(live / "codex-0.171.0")
+    assert [line.split()[-1] for line in lines + [total]] == ["unpriced", "unpriced"]
+    assert "hint: no model here has a known price (gpt-fake); add prices under usage.prices" in err
 
 
 # -- reading in pieces equals reading whole -----------------------------------

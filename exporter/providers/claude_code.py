@@ -62,6 +62,21 @@ Code 1.0.98 … 2.1.233):
   (anthropics/claude-code#89265): bookkeeping, not an error.
 - After a usage limit (2.1.240): an ``isMeta`` user record with
   ``origin.kind: auto-continuation`` starts the work again.
+- What the agent states about pending work (2.1.332, issue 29):
+  ``turn_duration`` carries ``pendingBackgroundAgentCount`` and
+  ``pendingWorkflowCount`` only when > 0; the ``Stop`` hook's
+  ``background_tasks`` lists each task with a ``type`` label (``subagent``,
+  ``workflow``, ``shell``, ``monitor``, ``MCP task``, …). A workflow's launch
+  result is ``{status: async_launched, taskId, taskType: local_workflow}`` (no
+  ``agentId``); ``TaskStop``'s result is ``{message, task_id, task_type}``
+  and no ``<task-notification>`` user record follows (a ``queue-operation``
+  record may).
+- A prompt a UserPromptSubmit hook blocked (2.1.332): no user record, a
+  ``system/informational`` record with ``promptSubmitEnding.ending.kind:
+  blocked_by_hook`` instead.
+- ``!`` bash mode (2.1.332): ``<bash-input>``/``<bash-stdout>`` user records,
+  then the model's answer, a Stop hook and ``turn_duration``; the answer's
+  line may reach the disk after the Stop hook ran.
 """
 
 from __future__ import annotations
@@ -76,10 +91,13 @@ import orjson
 
 from ..decode import parse_timestamp
 from ..names import STOP_FAILURE_KINDS
+from . import claude_settings
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
 
 NAME = "claude_code"
 LABEL = "Claude Code"
+#: The command that resumes a session in its working directory: `claude --resume <session id>` (Claude Code CLI reference, `-r`/`--resume`).
+RESUME = "claude --resume {id}"
 #: Every record names its session (``sessionId``, ``cwd``): a file followed
 #: from its end needs nothing from its beginning.
 SESSION_IN_FIRST_RECORD = False
@@ -89,6 +107,26 @@ SESSION_IN_FIRST_RECORD = False
 TURN_DURATION_THRESHOLD_SECONDS = 30.0
 #: From this version the CLI writes ``system/turn_duration`` for every turn.
 EVERY_TURN_DURATION = (2, 1, 126)
+#: From this version ``turn_duration`` states the pending background work itself
+#: (``pendingBackgroundAgentCount``, ``pendingWorkflowCount``; a count of 0 is left
+#: out: 2.1.332 writes ``{…, pendingBackgroundAgentCount: n, pendingWorkflowCount: m}``
+#: with ``undefined`` for none). 2.1.156 is the oldest file seen with the count.
+STATES_PENDING = (2, 1, 156)
+#: ``background_tasks[].type`` of a ``Stop`` hook (2.1.332: a label, else the raw task
+#: type) that resumes the agent by itself when it ends, as ``turn_duration`` counts
+#: them (backgrounded ``local_agent`` tasks and ``local_workflow``s). A shell
+#: (``local_bash``), a monitor or an MCP task is not pending work: a server may never exit.
+_PENDING_TASKS = {"subagent": "agent", "local_agent": "agent", "workflow": "workflow",
+                  "local_workflow": "workflow"}
+
+
+def pending_detail(agents: int, workflows: int = 0) -> str:
+    """The state detail for pending background work (``""`` for none):
+    ``background_agents_pending:N``, ``background_workflows_pending:M``, joined by ``;``."""
+    parts = [f"background_agents_pending:{agents}"] if agents else []
+    if workflows:
+        parts.append(f"background_workflows_pending:{workflows}")
+    return ";".join(parts)
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 
 _SESSION_FILE = re.compile(r"^[0-9A-Za-z][0-9A-Za-z._-]*\.jsonl$")
@@ -108,9 +146,11 @@ _STOP_HOOK_FEEDBACK = "Stop hook feedback:"
 _STOP_HOOK_CONTEXT = "Stop hook additional context:"
 _TASK_NOTIFICATION = "<task-notification>"
 _TASK_ID = re.compile(r"<task-id>([^<]{1,128})</task-id>")
+#: ``ScheduleWakeup``'s result text (2.1.332): "Next wakeup scheduled for HH:MM:SS (in Ns)".
+_WAKEUP_IN = re.compile(r"^Next wakeup scheduled for [^(]{0,40}\(in (\d{1,7})s\)")
 #: A Stop hook command that is the exporter's own (``hooks install``: an
 #: HTTP hook to ``/hooks/claude_code`` or ``… hook --agent claude_code``).
-_OWN_HOOK = re.compile(r"/hooks/claude_code\b|\shook --agent claude_code\b")
+_OWN_HOOK = claude_settings.OWN_HOOK
 #: At most this many background agents / running hooks are tracked per file.
 _MAX_PENDING = 256
 _END_STOP_REASONS = ("end_turn", "stop_sequence")
@@ -278,6 +318,18 @@ def _every_turn_marked(obj: dict) -> bool:
     return obj.get("entrypoint") == "cli" and _version_at_least(obj.get("version"), *EVERY_TURN_DURATION)
 
 
+def _blocked_prompt(obj: dict) -> bool:
+    """A ``system/informational`` record saying a UserPromptSubmit hook blocked
+    the prompt (2.1.332: ``promptSubmitEnding.ending.kind: blocked_by_hook``,
+    content "UserPromptSubmit operation blocked by hook: …")."""
+    end = obj.get("promptSubmitEnding")
+    end = end.get("ending") if isinstance(end, dict) else None
+    if isinstance(end, dict) and end.get("kind") == "blocked_by_hook":
+        return True
+    content = obj.get("content")
+    return isinstance(content, str) and content.startswith("UserPromptSubmit operation blocked by hook")
+
+
 def _number(v) -> float | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -298,16 +350,19 @@ class FileDecoder:
         self.sidechain_file = sidechain_file
         self._file_session = file_session if file_session and _UUID.match(file_session) else None
         self._turn_start: float | None = None
-        self._agents: dict[str, None] = {}  # background agents launched, not yet notified (ordered)
+        #: background work launched, not yet notified or stopped (ordered): task id → ``agent`` or ``workflow``
+        self._agents: dict[str, str] = {}
         self._stop_hooks: dict[str, None] = {}  # Stop hook commands in progress (not the exporter's)
         self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
         self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
+        self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
         parts = []
         if self._agents:
-            parts.append(f"background_agents_pending:{len(self._agents)}")
+            workflows = sum(1 for k in self._agents.values() if k == "workflow")
+            parts.append(pending_detail(len(self._agents) - workflows, workflows))
         if self._stop_hooks:  # the exporter's own Stop hook is not among them: its delivery is not the end
             parts.append(f"stop_hooks_running:{len(self._stop_hooks)}")
         return ";".join(parts)
@@ -365,8 +420,8 @@ class FileDecoder:
             if ts is not None:
                 self._turn_start = ts
         pending = ev.pending = self._pending() if self._agents or self._stop_hooks else ""
-        if pending and ev.kind == COMPLETE:
-            ev.kind, ev.cont, ev.detail = WORK, True, pending  # the agent resumes by itself
+        if ev.told is not None:
+            pending = ev.pending = ev.told  # what the agent states decides (the reducer holds a COMPLETE on it)
         elif pending and ev.cont and ev.kind == WORK and ev.detail == "stop_hooks_running":
             ev.detail = pending
         if self._wakes_at is not None:
@@ -377,13 +432,14 @@ class FileDecoder:
         sub = obj.get("subtype")
         if sub == "turn_duration":
             self._stop_hooks.clear()  # written after the Stop hooks ran
-            count = _number(obj.get("pendingBackgroundAgentCount"))
-            if count is not None and count <= 0:
-                self._agents.clear()  # the agent's own count is the authority when it writes one
-            if count is not None and count > 0:
-                # background agents (or teammates) still run: not the user's turn yet
-                ev.kind, ev.cont, ev.detail = WORK, True, f"background_agents_pending:{int(count)}"
-                return
+            agents, workflows = (_number(obj.get(k)) for k in ("pendingBackgroundAgentCount", "pendingWorkflowCount"))
+            if agents is not None or workflows is not None or _version_at_least(obj.get("version"), *STATES_PENDING):
+                # the agent's own count decides (2.1.332 leaves a count of 0 out); its tasks that
+                # the transcript never saw end (TaskStop, a lost notification) end here
+                agents, workflows = max(0, int(agents or 0)), max(0, int(workflows or 0))
+                if not agents and not workflows:
+                    self._agents.clear()
+                ev.told = pending_detail(agents, workflows)
             ev.kind, ev.detail = COMPLETE, sub
             dur = _number(obj.get("durationMs"))
             ev.duration = dur / 1000.0 if dur is not None else None
@@ -396,6 +452,10 @@ class FileDecoder:
                 ev.kind, ev.cont, ev.detail = WORK, True, "stop_hook_output"
             else:
                 ev.kind, ev.detail = COMPLETE, sub
+        elif sub == "informational" and _blocked_prompt(obj):
+            # a UserPromptSubmit hook refused the prompt (2.1.332): the model is never called, so the
+            # start the exporter's own UserPromptSubmit hook reported was not a turn
+            ev.detail, ev.undo = "prompt_blocked", True
         elif sub == "api_error":
             ev.kind, ev.detail = ERROR, "api_error"
             ev.error_kind = _error_kind(obj)
@@ -434,6 +494,8 @@ class FileDecoder:
                 ev.kind = WORK
                 ev.detail = "tool_result"
                 self._tool_result(obj.get("toolUseResult"), ev.ts)
+                if self._wakeup_calls and self._wakes_at is None:
+                    self._wakeup_text(content, ev.ts)
             elif text is not None and (origin == "task-notification" or text.lstrip().startswith(_TASK_NOTIFICATION)):
                 self._notified(text)
                 ev.kind, ev.detail = START, "task_notification"
@@ -459,17 +521,35 @@ class FileDecoder:
         """Note what a tool result arms: a background agent launch, a wakeup."""
         if not isinstance(result, dict):
             return
-        if result.get("status") == "async_launched":
-            agent = result.get("agentId")
-            agent = agent if isinstance(agent, str) and len(agent) <= 128 else f"#{len(self._agents)}"
+        if result.get("status") == "async_launched" and "error" not in result:
+            # an Agent (``agentId``) or a workflow (``taskId``, ``taskType: local_workflow``; 2.1.332)
+            task = result.get("agentId") or result.get("taskId")
+            task = task if isinstance(task, str) and len(task) <= 128 else f"#{len(self._agents)}"
+            kind = "workflow" if result.get("taskType") == "local_workflow" else "agent"
             if len(self._agents) < _MAX_PENDING:
-                self._agents[agent] = None
+                self._agents[task] = kind
+        stopped = result.get("task_id")
+        if isinstance(stopped, str) and isinstance(result.get("message"), str) and "task_type" in result:
+            self._agents.pop(stopped, None)  # TaskStop (2.1.332): no notification follows
         delay = _number(result.get("clampedDelaySeconds"))
         when = _number(result.get("scheduledFor"))
         if delay is not None and ts is not None and 0 <= delay < 1e7:
             self._wakes_at = ts + delay  # ScheduleWakeup: delay from its own result record
         elif when is not None and 1e11 < when < 1e14:  # ms since the epoch
             self._wakes_at = when / 1000.0
+
+    def _wakeup_text(self, content: list, ts: float | None) -> None:
+        """A ``ScheduleWakeup`` result that gives only its text ("Next wakeup
+        scheduled for 10:20:00 (in 1200s). …", 2.1.332's tool result block;
+        no ``toolUseResult.scheduledFor``): armed ``N`` s after the record."""
+        for block in content:
+            if not (isinstance(block, dict) and block.get("type") == "tool_result"):
+                continue
+            if self._wakeup_calls.pop(block.get("tool_use_id"), 0) is None:
+                text = _text_of(block.get("content"))
+                m = _WAKEUP_IN.search(text[:1024]) if isinstance(text, str) else None
+                if m and ts is not None and int(m.group(1)) < 1e7:
+                    self._wakes_at = ts + int(m.group(1))
 
     def _notified(self, text: str) -> None:
         """A ``<task-notification>``: the background task it names has ended."""
@@ -521,6 +601,8 @@ class FileDecoder:
             self._wakes_at = None  # work after an armed wakeup: the wakeup was not the turn's end
             for block in content if isinstance(content, list) else ():
                 name = block.get("name") if isinstance(block, dict) and block.get("type") == "tool_use" else None
+                if name == "ScheduleWakeup" and isinstance(block.get("id"), str) and len(self._wakeup_calls) < 64:
+                    self._wakeup_calls[block["id"]] = None
                 if isinstance(name, str) and name in _WAIT_TOOLS:
                     ev.kind, ev.reason, ev.tool = WAIT, _WAIT_TOOLS[name], name
                     ev.detail = "tool_use"
@@ -573,8 +655,10 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     ``elicitation_complete`` end a wait; ``idle_prompt`` adds nothing: the
     turn end was already seen; ``agent_completed`` is a background agent's
     end, not the main thread's), ``error`` (StopFailure),
-    ``background_tasks`` (Stop: background work still running is not the
-    user's turn). A subagent's hook carries ``agent_id``; its permission
+    ``background_tasks`` (Stop, 2.1.332: each task's ``type``; agents and
+    workflows still in flight are not the user's turn, a shell is; the list,
+    empty or not, is the agent's own word and decides over the transcript's
+    bookkeeping: ``Event.told``). A subagent's hook carries ``agent_id``; its permission
     prompt still blocks the whole session, so it is the session's wait.
     """
     ev = Event(META, ts=ts, detail=name)
@@ -598,12 +682,19 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
     elif name == "UserPromptSubmit":
         ev.kind = START
     elif name == "Stop":
+        ev.kind, ev.final = COMPLETE, True
+        # Stop hooks of the user's own run beside this one; only stop_hook_summary tells when
+        # they are done (2.1.332 writes no hook_progress), and one may still block the stop
+        path, cwd = obj.get("transcript_path"), obj.get("cwd")
+        ev.stop_hooks = min(_MAX_PENDING, claude_settings.other_hooks(
+            "Stop", path if isinstance(path, str) else None, cwd if isinstance(cwd, str) else None))
         tasks = obj.get("background_tasks")
-        if isinstance(tasks, list) and tasks:
-            # background agents still run; they wake the agent again
-            ev.kind, ev.cont, ev.detail = WORK, True, f"background_agents_pending:{len(tasks)}"
-        else:
-            ev.kind, ev.final = COMPLETE, True
+        if isinstance(tasks, list):
+            # the agent's own word on what will wake it again (2.1.332): agents and workflows
+            # still in flight; a shell or a monitor is not pending work
+            kinds = [_PENDING_TASKS.get(t.get("type")) for t in tasks[:_MAX_PENDING]
+                     if isinstance(t, dict) and isinstance(t.get("type"), str)]
+            ev.told = pending_detail(kinds.count("agent"), kinds.count("workflow"))
     elif name == "StopFailure":
         err = obj.get("error")
         ev.kind, ev.error_kind = ERROR, _STOP_FAILURE_KINDS.get(err if isinstance(err, str) else "", "api_error")

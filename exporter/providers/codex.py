@@ -56,6 +56,8 @@ from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SE
 
 NAME = "codex"
 LABEL = "Codex"
+#: The command that resumes a session in its working directory: `codex resume [SESSION_ID]` (Codex CLI: the top-level `resume` subcommand, not `codex exec resume`).
+RESUME = "codex resume {id}"
 #: The first record names the session (``session_meta``: id, cwd, subagent
 #: parent, fork point); a file followed from its end still needs it.
 SESSION_IN_FIRST_RECORD = True

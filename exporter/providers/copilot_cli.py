@@ -51,6 +51,8 @@ from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SE
 
 NAME = "copilot_cli"
 LABEL = "Copilot CLI"
+#: The command that resumes a session in its working directory: `copilot --resume <sessionId>` (GitHub Copilot CLI; github/copilot-cli#4397).
+RESUME = "copilot --resume {id}"
 #: ``session.start`` names the working directory (``context.cwd``) and the
 #: version; a file followed from its end still needs it.
 SESSION_IN_FIRST_RECORD = True

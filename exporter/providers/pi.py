@@ -39,6 +39,8 @@ from ..events import COMPLETE, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, W
 
 NAME = "pi"
 LABEL = "Pi"
+#: The command that resumes a session in its working directory: `pi --session <path|id>` (@mariozechner/pi-coding-agent 0.73.1 README, Options).
+RESUME = "pi --session {id}"
 #: The ``session`` header names the session, its cwd and (for a fork) when
 #: the copied history ends; a file followed from its end still needs it.
 SESSION_IN_FIRST_RECORD = True

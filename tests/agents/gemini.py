@@ -40,7 +40,8 @@ def setup(run, exporter_config: dict, harness) -> None:
     gdir = run.home / ".gemini"
     (gdir / "tmp").mkdir(parents=True)
     (run.home / ".tmp").mkdir()
-    (gdir / "settings.json").write_text(json.dumps(_merge(SETTINGS, run.scn.settings), indent=2) + "\n")
+    (gdir / "settings.json").write_text(json.dumps(_merge(SETTINGS, run.scn.settings.get("user", {})), indent=2)
+                                        + "\n")
     (gdir / "trustedFolders.json").write_text(json.dumps({str(run.work): "TRUST_FOLDER"}) + "\n")
     run.model = subprocess.Popen(
         [sys.executable, str(HERE / "fake_gemini.py")], stderr=open(run.out / "model.log", "w"),
@@ -49,6 +50,7 @@ def setup(run, exporter_config: dict, harness) -> None:
     run.receiver = harness.Receiver()
     cfg = dict(exporter_config)
     cfg["sources"] = {**cfg["sources"], "gemini_cli": {"paths": [str(gdir / "tmp")]}}
+    cfg = harness.merge(cfg, run.scn.config)
     run.exporter = harness.Exporter(run.out / "exporter", receiver=run.receiver, config=cfg)
     run.exporter.start()
     for _ in range(100):

@@ -22,6 +22,11 @@ The scenario is picked from a keyword in the newest user text of the request:
   SCN_BGAGENT as SCN_AGENT with run_in_background: true
   SCN_PAUSE   plain text after a pause of FAKE_PAUSE seconds (3)
   SCN_PROPOSE Codex (Plan mode): an answer with a <proposed_plan> block
+  SCN_TASKSTOP Claude: TaskStop of the background agent an earlier tool result launched
+              (its ``agentId``), then "I stopped the helper."
+  SCN_FIXIT   (a Stop hook's feedback) text "Fixed after the hook"
+  `!` command (``<bash-input>`` in the newest user text, Claude 2.1.332 bash mode): text
+              "Ran your command"
   SCN_SLEEP   a tool call that takes 30 s (Claude: Bash python3 time.sleep; Codex: shell
               `sleep 30`, held for 30 s), for Esc during a tool
 A request whose last input is a tool result gets the closing text.
@@ -32,6 +37,7 @@ selected headers, body).
 """
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -77,7 +83,7 @@ def _text_of(content):
 PAUSE = float(os.environ.get("FAKE_PAUSE", "3"))
 SCENARIOS = ("SCN_TEXT", "SCN_BASH", "SCN_WRITE", "SCN_ERR429", "SCN_ERR529",
              "SCN_SLOW", "SCN_QUESTION", "SCN_ASK", "SCN_PLAN", "SCN_BGAGENT", "SCN_AGENT", "SCN_PAUSE",
-             "SCN_SLEEP", "SCN_PROPOSE")
+             "SCN_SLEEP", "SCN_PROPOSE", "SCN_TASKSTOP", "SCN_FIXIT")
 
 
 def find_scenario(texts):
@@ -107,10 +113,19 @@ def anthropic_plan(body):
         scn_any = find_scenario(user_texts)
         if scn_any == "SCN_WRITE":
             return ("text", "Done: I created made_by_agent.txt.")
+        if scn_any == "SCN_TASKSTOP":
+            return ("text", "Done: I stopped the helper.")
         if scn_any in ("SCN_ASK", "SCN_PLAN", "SCN_AGENT", "SCN_BGAGENT"):
             return ("text", "Thanks, all done with %s." % scn_any.lower())
         return ("text", "The command ran. Those are the files in this folder.")
     names = [t.get("name") for t in tools if isinstance(t, dict)]
+    if user_texts and "<bash-input>" in user_texts[-1]:
+        return ("text", "Ran your command: its output is above.")
+    if scn == "SCN_FIXIT":
+        return ("text", "Fixed after the hook: the tests pass now.")
+    if scn == "SCN_TASKSTOP":
+        launched = re.findall(r"agentId: ([A-Za-z0-9_-]+)", json.dumps(msgs))
+        return ("tool", "TaskStop", {"task_id": launched[-1] if launched else "none"})
     if scn == "SCN_PAUSE":
         time.sleep(PAUSE)
         return ("text", "Paused work done: plain answer.")

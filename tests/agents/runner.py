@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 
 import harness  # noqa: E402
 import gemini  # noqa: E402
-from harness import Exporter, Receiver  # noqa: E402
+from harness import Exporter, Receiver, merge  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
 
 MODEL_PORT = 8765
@@ -121,10 +121,10 @@ class Run:
             env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(self.out / "requests.jsonl"),
                  **{k: str(v) for k, v in self.scn.model_env.items()}})
         self.receiver = Receiver()
-        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config={
+        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
                                            "claude_code": {"paths": [str(roots["claude_code"])]},
-                                           "codex": {"paths": [str(roots["codex"])]}}})
+                                           "codex": {"paths": [str(roots["codex"])]}}}, self.scn.config))
         self.exporter.start()
         for _ in range(100):
             try:
@@ -170,6 +170,8 @@ hooks = true
 [projects."{self.work}"]
 trust_level = "trusted"
 ''')
+        if claude:
+            self.user_settings()
         if self.scn.hooks:
             agent_file = (self.home / ".claude" / "settings.json") if claude else (self.home / ".codex" / "hooks.json")
             r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent",
@@ -178,6 +180,20 @@ trust_level = "trusted"
                                capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")
+
+    def user_settings(self):
+        """The user's own Claude Code settings of the scenario (``Scenario.settings``)."""
+        where = {"user": self.home / ".claude" / "settings.json",
+                 "project": self.work / ".claude" / "settings.json",
+                 "local": self.work / ".claude" / "settings.local.json"}
+        for key, conf in self.scn.settings.items():
+            path = where[key]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                have = json.loads(path.read_text())
+            except (OSError, ValueError):
+                have = {}
+            path.write_text(json.dumps({**have, **conf}, indent=1) + "\n")
 
     def env(self) -> dict:
         if self.scn.agent == "gemini_cli":
@@ -319,6 +335,12 @@ trust_level = "trusted"
             self.exporter.stop()
         elif kind == "exporter_start":
             self.exporter.start()
+        elif kind == "pages":
+            want, deadline = list(st[1]), time.time() + st[2]
+            while time.time() < deadline:
+                time.sleep(0.1)
+            got = [p["kind"] for p in self.pages()]
+            self.note("pages so far", want, got, got == want)
         elif kind == "kill":
             pid = self.agent_pid()
             for p in [pid, *children(pid)]:

@@ -10,7 +10,8 @@ Steps (tuples):
 - ``("expect", state, pages, timeout_s[, extra])``: within ``timeout_s`` the newest
   session of the agent is in ``state`` (and ``extra``: ``reason``/``error_kind``)
   and the pages received so far are exactly ``pages`` (kinds, in order);
-- ``("sleep", s)``, ``("kill",)`` (SIGKILL the agent and its children),
+- ``("sleep", s)``, ``("pages", kinds, timeout_s)`` (the pages received so far are
+  exactly ``kinds``, whatever the state), ``("kill",)`` (SIGKILL the agent and its children),
   ``("exited", timeout_s)``, ``("exporter_stop",)``, ``("exporter_start",)`` (the
   same exporter, state_dir and port again).
 
@@ -49,14 +50,30 @@ class Scenario:
     slow: bool = False
     needs: str | None = None
     what: str = ""
-    #: merged into the agent's settings file (Gemini CLI: ``~/.gemini/settings.json``)
+    #: the user's own Claude Code settings (hooks), by file: ``user`` (``~/.claude/settings.json``,
+    #: merged before ``hooks install``; Gemini CLI: ``~/.gemini/settings.json``), ``project`` (``<work>/.claude/settings.json``), ``local``
+    #: (``<work>/.claude/settings.local.json``)
     settings: dict = field(default_factory=dict)
+    #: Exporter config merged over the runner's (e.g. ``{"alerts": {"presence_delay_seconds": 10}}``).
+    config: dict = field(default_factory=dict)
 
     @property
     def ready(self) -> str:
         if self.agent == "gemini_cli":
             return GEMINI_READY
         return CLAUDE_READY if self.agent == "claude_code" else CODEX_READY
+
+
+#: The user's own hooks of the issue-29 scenarios (Claude Code settings, by file; see ``Scenario.settings``).
+_USER_HOOK_SLOW = {"project": {"hooks": {"Stop": [{"hooks": [
+    {"type": "command", "command": "sleep 12", "timeout": 60}]}]}}}
+#: blocks the first stop (exit 2: stderr goes to the model as "Stop hook feedback"), passes the next
+_USER_HOOK_BLOCKS = {"local": {"hooks": {"Stop": [{"hooks": [{"type": "command", "timeout": 60, "command":
+    "sleep 3; if [ -e .stop-hook-blocked ]; then exit 0; fi; touch .stop-hook-blocked; "
+    "echo 'tests failed: SCN_FIXIT' >&2; exit 2"}]}]}}}
+#: refuses a prompt that says SCN_BLOCKME (exit 2)
+_USER_PROMPT_BLOCK = {"user": {"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command":
+    "if grep -q SCN_BLOCKME; then echo 'prompt refused by policy' >&2; exit 2; fi"}]}]}}}
 
 
 def _all() -> list[Scenario]:
@@ -213,12 +230,62 @@ def _all() -> list[Scenario]:
             # (2.1.332 tells it through Notification agent_needs_input; the dialog's default answer
             # moved between runs, "No" or "Yes", so the scenario ends at the page)
             ("expect", "waiting", ["waiting"], 15)], pages=["waiting"]),
+        # -- Claude Code: what the agent states about its own state (issue 29) ---------------
+        # a Stop hook of the user's own that takes 12 s (project settings): the screen says
+        # "running stop hooks"; the page comes when Claude Code has run every Stop hook
+        Scenario("claude_user_stop_hook_slow", C, "tui", settings=_USER_HOOK_SLOW,
+                 what="a slow Stop hook of the user's own (12 s): no page before it is done", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40), ("sleep", 4),
+            ("expect", "working", [], 2), ("pages", [], 2),
+            ("expect", "completed", ["completed"], 25)], pages=["completed"]),
+        # the same hook blocks the first stop ("tests failed"): Claude answers again; one page, at the real end
+        Scenario("claude_user_stop_hook_blocks", C, "tui", settings=_USER_HOOK_BLOCKS,
+                 what="a Stop hook of the user's own that blocks once: one page, at the real end", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40), ("sleep", 2),
+            ("expect", "working", [], 3), ("wait_pane", "Fixed after the hook", 40),
+            ("expect", "completed", ["completed"], 20)], pages=["completed"]),
+        # a UserPromptSubmit hook of the user's own refuses the prompt: the model is never called
+        Scenario("claude_user_prompt_blocked", C, "tui", settings=_USER_PROMPT_BLOCK,
+                 what="a prompt blocked by a UserPromptSubmit hook of the user's own: not left working", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15),
+            ("type", "Do the forbidden thing. SCN_BLOCKME"), ("wait_pane", r"(?i)blocked by hook", 20),
+            ("sleep", 3), ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+        # `!` bash mode after an earlier turn: 2.1.332 sends the command and its output to the model
+        Scenario("claude_bang_after_turn", C, "tui", what="`!` bash mode after an earlier turn", steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", ["completed"], 15), ("sleep", 1),
+            ("type", "!echo bang-ran"), ("wait_pane", "Ran your command", 40),
+            ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        # a background agent that would run a minute, stopped with TaskStop: no notification follows
+        Scenario("claude_background_taskstop", C, "tui", args=["--permission-mode", "acceptEdits"],
+                 model_env={"FAKE_PAUSE": 90}, what="a background agent stopped with TaskStop", steps=[
+            ("type", "Start a helper in the background. SCN_BGAGENT"), ("wait_pane", "all done with scn_bgagent", 40),
+            ("sleep", 2), ("expect", "working", [], 3),
+            ("type", "Stop the helper. SCN_TASKSTOP"), ("wait_pane", "stopped the helper", 40),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("claude_presence_next_prompt", C, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "List the files here. SCN_BASH"), ("wait_pane", "files in this folder", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         # -- Codex ----------------------------------------------------------------------
         Scenario("codex_text_two_turns", X, "tui", what="a text turn, then a second turn", steps=[
             ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
             ("expect", "completed", ["completed"], 15),
             ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
             ("expect", "completed", ["completed", "completed"], 15)], pages=["completed", "completed"]),
+        Scenario("codex_presence_next_prompt", X, "tui", config={"alerts": {"presence_delay_seconds": 12}},
+                 what="presence_delay_seconds: the next prompt typed within the delay, no page; then away, one",
+                 steps=[
+            ("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 40),
+            ("expect", "completed", [], 5), ("sleep", 4),  # past settle_seconds, within the delay
+            ("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 40),
+            ("expect", "completed", [], 5),
+            ("sleep", 13), ("expect", "completed", ["completed"], 10)], pages=["completed"]),
         Scenario("codex_tool_call", X, "print", prompt="List the files here. SCN_BASH", what="exec: a tool call",
                  steps=[("exited", 60), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
         Scenario("codex_approval_allow", X, "tui", what="an approval answered (hooks)", steps=[
@@ -335,7 +402,7 @@ def _gemini() -> list[Scenario]:
             ("expect", "error", ["error"], 30, {"error_kind": "api_error"})]
             + text[:2] + [("expect", "completed", ["error", "completed"], 15)],
                  pages=["error", "completed"], titles=[r"^Gemini CLI · gemini_400: stopped on ", r"your turn$"]),
-        Scenario("gemini_500_persistent", G, "tui", settings={"general": {"maxAttempts": 2}},
+        Scenario("gemini_500_persistent", G, "tui", settings={"user": {"general": {"maxAttempts": 2}}},
                  what="a 500 on every try: retried for ever (working, no page), then Esc", steps=[
             ("type", "Answer while the server fails. SCN_ERR500"), ("sleep", 25), ("expect", "working", [], 3),
             ("keys", "Escape"), ("expect", "interrupted", [], 15)], pages=[]),
