@@ -161,7 +161,7 @@ class ClaudeSession:
         n = self.n + 1
         return self.line(self._base(type="assistant", isApiErrorMessage=True, error="rate_limit",
                                     apiErrorStatus=status, message={
-                                        "id": f"err_{n}", "role": "assistant", "model": "<synthetic>",
+                                        "id": f"err_{self.sid[:8]}_{n}", "role": "assistant", "model": "<synthetic>",
                                         "stop_reason": "stop_sequence",
                                         "content": [{"type": "text", "text": "API Error: rate limited"}]}))
 
