@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="coding-agent-exporter", allow_abbrev=False,
         description="Prometheus exporter and pager for the session transcripts of coding agents (Claude Code, "
-                    "Codex, GitHub Copilot CLI, Pi).")
+                    "Codex, GitHub Copilot CLI, Pi, Gemini CLI).")
     parser.add_argument("--version", action="version", version=f"coding-agent-exporter {__version__}")
     sub = parser.add_subparsers(dest="command")
 
@@ -207,8 +207,8 @@ def _scan_hint(args, cfg) -> str:
     from .providers import sniff
 
     if not any(sniff(f) for f in files[:200]):
-        return (f"no record of a known agent in {len(files)} file(s): Claude Code, Codex, Copilot CLI and Pi "
-                "transcripts are JSONL files of their records")
+        return (f"no record of a known agent in {len(files)} file(s): Claude Code, Codex, Copilot CLI, Pi and "
+                "Gemini CLI transcripts are JSONL files of their records")
     return (f"no session in {len(files)} file(s): they hold only subagent (sidechain) work, or no record a "
             "session starts with; scan the folder of the parent session (Claude: <project>/<sessionId>.jsonl "
             "next to <sessionId>/subagents/)")

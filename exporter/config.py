@@ -59,6 +59,7 @@ class Sources:
     codex: ProviderSource = field(default_factory=ProviderSource)
     copilot_cli: ProviderSource = field(default_factory=ProviderSource)
     pi: ProviderSource = field(default_factory=ProviderSource)
+    gemini_cli: ProviderSource = field(default_factory=ProviderSource)
     #: Use file-system events (inotify/FSEvents/…) besides polling.
     watch_events: bool = True
     #: Seconds between stat polls of every known file (the safety net).

@@ -169,6 +169,10 @@ class Event:
         undo: for ``META``: the turn this record's task started (``turn_id``)
             was not a turn of the agent (Codex: a user's ``!cmd``, a manual
             ``/compact``): the state from before its start comes back.
+        open_only: applies only to a turn still open (its last main-thread
+            event a start, work, output or wait): a hook that tells a turn
+            end the transcript may already have told otherwise (Gemini CLI
+            ``AfterAgent`` after Esc or an API error).
         ends_wait: for ``WORK``: only ends a wait (Claude ``Notification``
             ``elicitation_response``/``elicitation_complete``); changes
             nothing when no wait is open.
@@ -206,3 +210,4 @@ class Event:
     marker_only: bool = False
     ends_wait: bool = False
     undo: bool = False
+    open_only: bool = False

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from .hooklog import HookLog
-from .providers import PROVIDER_MODULES
 from .hooks import HookDelivery, from_record
+from .providers import PROVIDER_MODULES
 
 log = logging.getLogger("exporter.daemon")
 
@@ -77,14 +77,15 @@ class Evidence:
         is a regular file (not a symlink) under a configured root of the
         delivery's own agent (a route takes only its agent's transcripts), and that
         file's name names its ``session_id`` (Claude ``<sessionId>.jsonl``,
-        Codex ``rollout-…-<id>.jsonl``) when it gives one, or the path
+        Codex ``rollout-…-<id>.jsonl``; a provider's ``transcript_names``
+        where the name holds less: Gemini CLI) when it gives one, or the path
         names it as its agent lays its files out (the provider's
         ``classify_path``: Copilot CLI's ``<sessionId>/events.jsonl``)."""
         path = d.transcript_path
         found = self.roots.root_of(path) if self._ours(path) else None
         if found is None:
             return False
-        if self.roots.root_of(d.transcript_path)[0] != d.provider:  # /hooks/codex naming a Claude transcript
+        if found[0] != d.provider:  # /hooks/codex naming a Claude transcript
             return False
         try:
             if not stat.S_ISREG(os.lstat(path).st_mode):
@@ -93,7 +94,11 @@ class Evidence:
             return False
         if d.session_id is None or d.session_id in os.path.basename(path):
             return True
-        named = PROVIDER_MODULES[found[0]].classify_path(found[1], Path(path)) if found[0] == d.provider else None
+        module = PROVIDER_MODULES[found[0]]
+        names = getattr(module, "transcript_names", None)  # (Gemini CLI: the first 8 of its id)
+        if names is not None:
+            return names(d.session_id, path)
+        named = module.classify_path(found[1], Path(path))
         return named is not None and named[0] == d.session_id
 
     def _ours(self, path: str | None) -> bool:

@@ -132,7 +132,8 @@ def parse(provider: str, body: bytes, received_at: float) -> HookDelivery:
 
 
 #: ``Event`` fields a saved delivery keeps (what ``project_hook`` sets).
-_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id", "told", "stop_hooks")
+_SAVED_FIELDS = ("ts", "detail", "reason", "tool", "error_kind", "final", "turn_id", "told", "stop_hooks",
+                "open_only")
 
 
 def to_record(d: HookDelivery) -> dict:
@@ -185,6 +186,7 @@ def from_record(rec, now: float) -> HookDelivery | None:
     ev = Event(kind, ts=float(ts), detail=fields["detail"], reason=fields["reason"], tool=fields["tool"],
                error_kind=fields["error_kind"], final=final, turn_id=fields["turn_id"], told=told,
                stop_hooks=stop_hooks)
+    ev.open_only = rec.get("open_only") is True  # (saved since Gemini CLI's AfterAgent)
     return HookDelivery(rec["provider"], fields["name"] or "", sid, path, _str(rec, "cwd"), ev, fields["ident"])
 
 

@@ -23,6 +23,11 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
   ``"type": "http"`` hooks to ``<url>/hooks/copilot_cli`` (Copilot takes the nested shape below;
   Irrlicht's Copilot adapter, 1.0.78). Copilot refuses HTTP hooks to loopback unless it runs with
   ``COPILOT_HOOK_ALLOW_LOCALHOST=1``.
+- Gemini CLI (``$GEMINI_CLI_HOME/.gemini/settings.json``, default ``~/.gemini/settings.json``, key
+  ``hooks``; 0.61.0 runs ``command`` hooks only, ``timeout`` in milliseconds): ``BeforeAgent``,
+  ``AfterAgent``, ``Notification``, ``BeforeTool``, ``AfterTool``, ``SessionEnd``, running
+  ``coding-agent-exporter hook --agent gemini_cli``. Gemini CLI loads hooks, the user's too, only in a
+  trusted folder (``security.folderTrust``, on by default: ``hookRegistry.processHooksFromConfig``).
 
 Both files share one shape: ``{"hooks": {Event: [{"matcher"?: str, "hooks": [handler, …]}]}}``.
 ``install`` merges into it: the user's events, groups and handlers stay where they are; a handler
@@ -47,7 +52,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 DEFAULT_URL = "http://127.0.0.1:9877"
-AGENTS = ("claude_code", "codex", "copilot_cli")
+AGENTS = ("claude_code", "codex", "copilot_cli", "gemini_cli")
 # A hook runs inside the agent's loop (PermissionRequest even delays the prompt): the exporter
 # answers at once, so a short timeout only matters when it hangs.
 HTTP_TIMEOUT_S = 5
@@ -67,6 +72,10 @@ CLAUDE_EVENTS = {  # event -> matcher (None: every occurrence)
 CODEX_EVENTS = {"PermissionRequest": None, "PostToolUse": None, "UserPromptSubmit": None, "Stop": None,
                 "Interrupt": None}
 COPILOT_EVENTS = {"Notification": None, "Stop": None}
+#: Gemini CLI 0.61.0 (``packages/core/src/hooks``): BeforeTool keeps a long tool run from looking
+#: like a finished answer (the file shows none of it), AfterTool ends an approval.
+GEMINI_EVENTS = {"BeforeAgent": None, "AfterAgent": None, "Notification": None, "BeforeTool": None,
+                 "AfterTool": None, "SessionEnd": None}
 #: Copilot CLI delivers HTTP hooks to a loopback address only with this set in its environment.
 COPILOT_LOCALHOST_ENV = "COPILOT_HOOK_ALLOW_LOCALHOST"
 
@@ -81,6 +90,8 @@ def default_file(agent: str) -> Path:
         return Path(os.environ.get("CLAUDE_CONFIG_DIR") or "~/.claude").expanduser() / "settings.json"
     if agent == "copilot_cli":
         return Path(os.environ.get("COPILOT_HOME") or "~/.copilot").expanduser() / "hooks" / "coding-agent-exporter.json"
+    if agent == "gemini_cli":  # (GEMINI_CLI_HOME replaces the home folder, as in the CLI's own homedir())
+        return Path(os.environ.get("GEMINI_CLI_HOME") or "~").expanduser() / ".gemini" / "settings.json"
     return Path(os.environ.get("CODEX_HOME") or "~/.codex").expanduser() / "hooks.json"
 
 
@@ -129,6 +140,9 @@ def _handler(agent: str, url: str, command: bool, config_file: str | None, secre
         handler["url"] = f"{url.rstrip('/')}/hooks/{agent}"
         return handler
     # The ``hook`` command reads the secret from the state folder itself.
+    if agent == "gemini_cli":  # its timeout is in milliseconds; a name shows in its /hooks panel
+        return {"type": "command", "name": "coding-agent-exporter", "command": hook_command(agent, url, config_file),
+                "timeout": COMMAND_TIMEOUT_S * 1000}
     return {"type": "command", "command": hook_command(agent, url, config_file), "timeout": COMMAND_TIMEOUT_S}
 
 
@@ -144,7 +158,8 @@ def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, confi
     """
     if agent not in AGENTS:
         raise ValueError(f"unknown agent {agent!r} (one of: {', '.join(AGENTS)})")
-    events = {"claude_code": CLAUDE_EVENTS, "copilot_cli": COPILOT_EVENTS}.get(agent, CODEX_EVENTS)
+    events = {"claude_code": CLAUDE_EVENTS, "copilot_cli": COPILOT_EVENTS, "gemini_cli": GEMINI_EVENTS}.get(
+        agent, CODEX_EVENTS)
     handler = _handler(agent, url, command, config_file, secret)
     out = {}
     for event, matcher in events.items():
@@ -292,13 +307,13 @@ def add_parser(sub) -> None:
                        help="Claude Code: HTTP hooks that POST to the exporter themselves, instead of command hooks "
                             "running `coding-agent-exporter hook`; the settings file then holds the hook secret")
         p.add_argument("--command", dest="use_command", action="store_true",
-                       help="command hooks (the default for Claude Code and Codex; kept for scripts that pass it)")
+                       help="command hooks (the default for Claude Code, Codex and Gemini CLI; kept for scripts that pass it)")
         p.add_argument("--config.file", dest="config_file", metavar="FILE",
                        help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
         if verb == "install":
             p.add_argument("--file", type=Path, metavar="PATH",
-                           help="settings file (default: ~/.claude/settings.json, ~/.codex/hooks.json or "
-                                "~/.copilot/hooks/coding-agent-exporter.json)")
+                           help="settings file (default: ~/.claude/settings.json, ~/.codex/hooks.json, "
+                                "~/.copilot/hooks/coding-agent-exporter.json or ~/.gemini/settings.json)")
 
 
 def _secret(config_file: str | None) -> str | None:
@@ -355,8 +370,9 @@ def main(args: argparse.Namespace) -> int:
     if args.use_http and args.use_command:
         print("coding-agent-exporter: --http and --command: choose one", file=sys.stderr)
         return 2
-    if args.use_http and args.agent == "codex":
-        print("coding-agent-exporter: --http: Codex runs command hooks only", file=sys.stderr)
+    if args.use_http and args.agent in ("codex", "gemini_cli"):
+        print(f"coding-agent-exporter: --http: {'Codex' if args.agent == 'codex' else 'Gemini CLI'} runs command "
+              "hooks only here", file=sys.stderr)
         return 2
     # Claude Code: command hooks unless --http. The `hook` command reads the secret from the
     # state folder when it runs, so the settings file (often in a dotfiles repository) holds none.
@@ -392,7 +408,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if said.endswith("nothing changed"):
         return 0  # no restart advice: the agent has these hooks already
-    if args.agent == "codex" or args.use_command:
+    if args.agent in ("codex", "gemini_cli") or args.use_command:
         cmd = shlex.split(hook_command(args.agent, args.url, args.config_file))
         exe = cmd[0] if cmd[1:2] != ["-m"] else f"{cmd[0]} -m coding_agent_exporter"
         print(f"The hooks run {exe}: if you move or delete it (the clone or virtual environment it is in, or a "
@@ -403,6 +419,10 @@ def main(args: argparse.Namespace) -> int:
               f"`[features]` in {config_toml}. Restart Codex, then review the hooks with /hooks.")
     elif args.agent == "copilot_cli":
         print(f"Restart Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set to load them.")
+    elif args.agent == "gemini_cli":
+        print("Gemini CLI runs hooks only in trusted folders (its trust dialog, `~/.gemini/trustedFolders.json`, "
+              "or GEMINI_CLI_TRUST_WORKSPACE=true); in an untrusted folder it pages from its session files alone. "
+              "Restart Gemini CLI to load them; its /hooks command lists them.")
     else:
         print("Restart Claude Code to load them.")
     return 0

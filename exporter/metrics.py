@@ -21,7 +21,7 @@ PROVIDERS = tuple(PROVIDER_MODULES)
 #: Hook events counted by name (``hook_event_name``); any other name counts as ``other``.
 HOOK_EVENTS = ("PermissionRequest", "Notification", "PreToolUse", "PostToolUse", "PostToolUseFailure",
                "PermissionDenied", "UserPromptSubmit", "Stop", "StopFailure", "SubagentStop", "SessionStart",
-               "SessionEnd", "Interrupt", "other")
+               "SessionEnd", "Interrupt", "BeforeAgent", "AfterAgent", "BeforeTool", "AfterTool", "other")
 #: Why a hook delivery was refused or skipped.
 HOOK_ERROR_REASONS = ("too_large", "invalid_json", "not_object", "unknown_agent", "no_session", "unknown_session",
                       "unreadable_spool", "expired", "unauthorized", "not_json_content_type", "unsaved")

@@ -69,7 +69,10 @@ resume the agent by itself; what is pending is named in the state's detail.
    to the agent's own reviewer first (``review``) reads ``working`` until
    nothing followed it for ``inferred_settle``. A waiting session is never
    ``stalled``. A session ``END`` turns a wait or an unfinished turn into
-   ``interrupted``.
+   ``interrupted``, and lets an error the agent would have retried stand
+   at once. An end told by a hook that applies only to an open turn
+   (``open_only``: Gemini CLI ``AfterAgent``) changes nothing after a
+   cancel or an error.
 9. A completion the agent itself reported (``final``: a ``Stop`` hook) is
    not reopened by assistant output flushed after it; a prompt, tool work or
    a wait does.
@@ -85,7 +88,7 @@ resume the agent by itself; what is pending is named in the state's detail.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from .names import EVIDENCE, STATES  # noqa: F401  (re-exported)
@@ -244,6 +247,11 @@ class SessionReducer:
             return  # the start an earlier ``undo`` took back, told late (a hook read after the record)
         if key < self._last_key and self._late_start(ev, prev, ident_key, live):
             return
+        if key < self._last_key and kind in (ERROR, INTERRUPT) and prev == COMPLETE and self._last.open_only \
+                and self._last.ts is not None and ev.ts is not None and self._last.ts - ev.ts <= SAME_WAIT_SECONDS:
+            # the end a hook told (Gemini CLI AfterAgent, also after Esc or an API error) was this cancel or
+            # error, read from the transcript after it (the two come within ~0.1 s, in either order)
+            key = self._last_key
         if key < self._last_key:
             if kind == WAIT and prev == WAIT and ev.reason and self._wait[1] == "permission" \
                     and self._last.ts is not None and ev.ts is not None and self._last.ts - ev.ts <= SAME_WAIT_SECONDS:
@@ -255,6 +263,8 @@ class SessionReducer:
             return  # older than what already decided the state
         if ev.ends_wait and prev != WAIT:
             return  # nothing to end
+        if ev.open_only and prev not in (START, WORK, OUTPUT, WAIT):
+            return  # the turn already ended otherwise (cancelled, failed): this end is not news
         if ev.told is not None:
             self._told = ev.told  # the agent's own word: it decides over the bookkeeping for this turn's end
         elif kind == START or kind == WORK and not ev.cont:
@@ -269,6 +279,9 @@ class SessionReducer:
             if pending:  # the turn's end was written, but something resumes the agent by itself
                 ev.kind, kind, ev.cont, ev.detail, ev.final = WORK, WORK, True, pending, False
         if kind == END:
+            if prev == ERROR and self._last.retry_in is not None:
+                self._last = replace(self._last, retry_in=None)  # the agent's process ended: no retry comes
+                return
             if prev not in (START, WORK, OUTPUT, WAIT):
                 return  # the turn had already ended: nothing to change
             ev.kind, kind = INTERRUPT, INTERRUPT

@@ -81,6 +81,8 @@ def describe_root(provider: str, root: Path) -> str:
         var = {"claude_code": "CLAUDE_CONFIG_DIR", "codex": "CODEX_HOME", "copilot_cli": "COPILOT_HOME"}.get(provider)
         if var:
             hint = f"; did you point {var} at the {root.name} folder itself? It names the folder above it"
+    if provider == "gemini_cli" and root.parent.name == root.parent.parent.name == ".gemini":
+        hint = "; did you point GEMINI_CLI_HOME at the .gemini folder itself? It names the folder above it"
     return "does not exist yet" + hint
 
 

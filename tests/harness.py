@@ -193,8 +193,8 @@ def merge(a: dict, b: dict) -> dict:
 class Exporter:
     """``python -m coding_agent_exporter run`` on tmp roots, with a tmp config and state dir.
 
-    ``root`` holds ``claude/projects``, ``codex/sessions``, ``copilot/session-state``
-    and ``pi/sessions``.
+    ``root`` holds ``claude/projects``, ``codex/sessions``, ``copilot/session-state``,
+    ``pi/sessions`` and ``gemini/tmp`` (Gemini CLI's ``~/.gemini/tmp``).
     """
 
     def __init__(self, root: Path, config: dict | None = None, receiver: Receiver | None = None,
@@ -209,7 +209,8 @@ class Exporter:
             "sources": {"claude_code": {"paths": [str(root / "claude" / "projects")]},
                         "codex": {"paths": [str(root / "codex" / "sessions")]},
                         "copilot_cli": {"paths": [str(root / "copilot" / "session-state")]},
-                        "pi": {"paths": [str(root / "pi" / "sessions")]}},
+                        "pi": {"paths": [str(root / "pi" / "sessions")]},
+                        "gemini_cli": {"paths": [str(root / "gemini" / "tmp")]}},
             "state_dir": str(root / "state"),
         })
         if receiver is not None:

@@ -129,20 +129,22 @@ def test_three_machines_one_prometheus_one_alertmanager_pair_one_pager(tmp_path)
     machines: dict[str, Machine] = {}
     try:
         # -- three machines ----------------------------------------------------------
+        sids = {"alpha": "0a1f0000-0000-4000-8000-0000000000a1", "beta": "0b2f0000-0000-4000-8000-0000000000b2",
+                "gamma": "0c3f0000-0000-4000-8000-0000000000c3"}
         beta = Machine(tmp_path / "beta", "127.0.0.3", "beta", web)
         gamma = Machine(tmp_path / "gamma", "127.0.0.4", "gamma", web)
+        working_session(gamma.root, sids["gamma"], "/home/dev/infra")
+        for m in (beta, gamma):  # first: they bind port 0, and alpha's config names the ports they got
+            procs.append(m)
+            m.start(wait_ready=False)
         alpha = Machine(tmp_path / "alpha", "127.0.0.2", "alpha", web, {
             "alerts": {"urls": [receiver.url]},
             "fleet": {"peers": [beta.base, gamma.base], "poll_interval_seconds": 0.5, "timeout_seconds": 2,
                       "username": "ops", "password_file": str(tmp_path / "password")}})
         machines.update(alpha=alpha, beta=beta, gamma=gamma)
-        sids = {"alpha": "0a1f0000-0000-4000-8000-0000000000a1", "beta": "0b2f0000-0000-4000-8000-0000000000b2",
-                "gamma": "0c3f0000-0000-4000-8000-0000000000c3"}
         working_session(alpha.root, sids["alpha"], "/home/dev/web")
-        working_session(gamma.root, sids["gamma"], "/home/dev/infra")
-        for m in machines.values():
-            procs.append(m)
-            m.start(wait_ready=False)
+        procs.append(alpha)
+        alpha.start(wait_ready=False)
         for m in machines.values():
             wait_for(m.ready_check, timeout=30, what=f"exporter {m.name} ready")
 

@@ -305,7 +305,7 @@ def test_an_agent_without_hooks_is_said_so():
         assert r.returncode == 2
         assert "Pi has no hooks to install" in r.stderr and "invalid choice" not in r.stderr, r.stderr
     r = cli("print", "--agent", "vim")
-    assert r.returncode == 2 and "not an agent with hooks (one of: claude_code, codex, copilot_cli)" in r.stderr
+    assert r.returncode == 2 and "not an agent with hooks (one of: claude_code, codex, copilot_cli, gemini_cli)" in r.stderr
 
 
 def test_claude_hooks_keep_the_secret_out_of_the_settings_file_and_old_installs_move_over(tmp_path: Path):

@@ -121,7 +121,8 @@ def test_codex_torn_glued_and_malformed_lines(tmp_path):
     r.codex([good + torn + rest])
     row = r.state(XSID)
     assert (row["state"], row["evidence"]) == ("completed", "explicit")
-    for reason in ("invalid_json", "nul_bytes", "invalid_utf8", "not_object"):
+    # (the torn line's whole record after the torn one is read: counted as torn_record, not invalid_json)
+    for reason in ("torn_record", "nul_bytes", "invalid_utf8", "not_object"):
         assert r.metric("coding_agent_transcript_parse_errors_total", provider="codex", reason=reason) == 1, reason
 
 

@@ -665,6 +665,7 @@ def stack(tmp_path_factory):
                 "codex": {"paths": [str(codex)]},
                 "copilot_cli": {"paths": [str(tmp / "copilot" / "session-state")]},
                 "pi": {"paths": [str(tmp / "pi" / "sessions")]},
+                "gemini_cli": {"paths": [str(tmp / "gemini" / "tmp")]},
                 "watch_events": False,  # as in the compose stack
                 "poll_interval_seconds": 0.25,
                 "max_line_bytes": 64 * 1024,

@@ -114,7 +114,7 @@ def test_sessions_and_health_api(tmp_path):
         sessions = get_json(exp.port, "/api/v1/sessions")
         assert sessions["states"] == list(STATES) and "waiting" in sessions["states"]
         assert sessions["agents"] == {"claude_code": "Claude Code", "codex": "Codex", "copilot_cli": "Copilot CLI",
-                                      "pi": "Pi"}
+                                      "pi": "Pi", "gemini_cli": "Gemini CLI"}
         assert sessions["ready"] is True and sessions["sessions_dropped"] == 0
         assert abs(sessions["now"] - time.time()) < 5
         rows = sessions["sessions"]
@@ -173,7 +173,7 @@ def test_sessions_and_health_api(tmp_path):
                     "alerts_failed": metric("coding_agent_alerts_failed_total", "kind")}
             return h if all(h[k] == v for k, v in want.items()) else None
         health = wait_for(same_as_metrics, what="health equal to /metrics")
-        assert health["files_watched"] == {"claude_code": 3, "codex": 1, "copilot_cli": 0, "pi": 0}
+        assert health["files_watched"] == {"claude_code": 3, "codex": 1, "copilot_cli": 0, "pi": 0, "gemini_cli": 0}
         assert health["parse_errors"]["codex"] == 1 and health["duplicates"]["claude_code"] == 1
         assert sum(health["alerts_sent"].values()) == 3 and sum(health["alerts_failed"].values()) == 1
         assert health["alerts_on"] is True

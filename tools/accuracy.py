@@ -43,7 +43,7 @@ from harness import Receiver, wait_for  # noqa: E402
 _VERSION = re.compile(rb'"(?:version|cli_version|copilotVersion)"\s*:\s*"(\d+)\.(\d+)\.(\d+)')
 #: Pi names no agent version in its files, only its session format (header ``version``).
 _PI_FORMAT = re.compile(rb'"type"\s*:\s*"session"[^\n]*?"version"\s*:\s*(\d+)|"version"\s*:\s*(\d+)[^\n]*?"type"\s*:\s*"session"')
-AGENT = {"claude_code": "Claude Code", "codex": "Codex", "copilot_cli": "Copilot CLI", "pi": "Pi"}
+AGENT = {"claude_code": "Claude Code", "codex": "Codex", "copilot_cli": "Copilot CLI", "pi": "Pi", "gemini_cli": "Gemini CLI"}
 #: The file the table lives in, between BEGIN and END (README.md links it).
 TARGET = ROOT / "docs" / "agents.md"
 

@@ -1,6 +1,6 @@
 """The providers: one module per agent, each knowing its transcripts' layout
 and records (see :mod:`.claude_code`, :mod:`.codex`, :mod:`.copilot_cli`,
-:mod:`.pi`)."""
+:mod:`.pi`, :mod:`.gemini_cli`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,18 @@ from types import ModuleType
 
 from ..decode import LineError, decode_line
 
-from . import claude_code, codex, copilot_cli, pi
+from . import claude_code, codex, copilot_cli, gemini_cli, pi
 
 #: Provider name (as in labels and config keys) → its module.
 PROVIDER_MODULES: dict[str, ModuleType] = {claude_code.NAME: claude_code, codex.NAME: codex,
-                                           copilot_cli.NAME: copilot_cli, pi.NAME: pi}
+                                           copilot_cli.NAME: copilot_cli, pi.NAME: pi,
+                                           gemini_cli.NAME: gemini_cli}
+
+
+#: The order ``sniff`` asks the providers in: the most specific test first (a Gemini CLI metadata line
+#: has a ``sessionId``, which Claude Code's test takes for its own).
+_SNIFF_ORDER: dict[str, ModuleType] = {gemini_cli.NAME: gemini_cli,
+                                       **{k: v for k, v in PROVIDER_MODULES.items() if k != gemini_cli.NAME}}
 
 
 def sniff(path: str, max_lines: int = 50) -> str | None:
@@ -31,7 +38,7 @@ def sniff(path: str, max_lines: int = 50) -> str | None:
                     continue
                 if not obj:
                     continue
-                for name, mod in PROVIDER_MODULES.items():
+                for name, mod in _SNIFF_ORDER.items():
                     if mod.sniff(obj):
                         return name
     except OSError:

@@ -20,7 +20,8 @@ ROOT = HERE.parent.parent
 BEGIN, END = "<!-- agents-table:begin -->", "<!-- agents-table:end -->"
 #: The file the table lives in (README.md links it).
 TARGET = ROOT / "docs" / "agents.md"
-LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI", "copilot_cli": "Copilot CLI", "pi": "Pi"}
+LABELS = {"claude_code": "Claude Code", "codex": "Codex CLI", "copilot_cli": "Copilot CLI", "pi": "Pi",
+          "gemini_cli": "Gemini CLI"}
 
 
 def table(data: dict) -> str:

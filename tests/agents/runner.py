@@ -44,6 +44,8 @@ TESTS = HERE.parent
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(HERE))
 
+import harness  # noqa: E402
+import gemini  # noqa: E402
 from harness import Exporter, Receiver, merge  # noqa: E402
 from scenarios import SCENARIOS, Scenario  # noqa: E402
 import agent_copilot  # noqa: E402
@@ -116,6 +118,8 @@ class Run:
             shutil.rmtree(self.home)
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "notes.txt").write_text("a file for the agent to list\n")
+        if self.scn.agent == "gemini_cli":
+            return gemini.setup(self, EXPORTER_CONFIG, harness)
         claude = self.scn.agent == "claude_code"
         kit = AGENT_KITS.get(self.scn.agent)
         roots = {"claude_code": self.home / ".claude" / "projects", "codex": self.home / ".codex" / "sessions"}
@@ -206,6 +210,8 @@ trust_level = "trusted"
             path.write_text(json.dumps({**have, **conf}, indent=1) + "\n")
 
     def env(self) -> dict:
+        if self.scn.agent == "gemini_cli":
+            return gemini.env(self)
         e = {"HOME": str(self.home), "PATH": f"{self.bindir}:/usr/local/bin:/usr/bin:/bin",
              "TERM": "xterm-256color", "LANG": "C.UTF-8", "USER": "agent", "SHELL": "/bin/bash", **QUIET_ENV}
         if self.scn.agent in AGENT_KITS:
@@ -219,6 +225,8 @@ trust_level = "trusted"
 
     def argv(self) -> list[str]:
         a = self.scn
+        if a.agent == "gemini_cli":
+            return gemini.argv(self)
         if a.agent in AGENT_KITS:
             return AGENT_KITS[a.agent].argv(a)
         if a.agent == "claude_code":
@@ -317,7 +325,9 @@ trust_level = "trusted"
     # -- steps --------------------------------------------------------------------
     def do(self, st: tuple):
         kind = st[0]
-        if kind == "type":
+        if kind == "type" and self.scn.agent == "gemini_cli":
+            gemini.type_(self, st[1])
+        elif kind == "type":
             self.tmuxc("send-keys", "-t", "s", "-l", st[1])
             time.sleep(0.4)
             self.tmuxc("send-keys", "-t", "s", "Enter")
@@ -363,6 +373,8 @@ trust_level = "trusted"
             self.start_agent()
             self.do(("wait_pane", self.scn.ready, 60))
             time.sleep(1.5)
+        elif kind == "call":  # an agent's own step (tests/agents/gemini.py: resume, next_minute)
+            st[1](self, *st[2:])
         elif kind == "exited":
             deadline = time.time() + st[1]
             while time.time() < deadline and not self.agent_exited():
@@ -380,7 +392,8 @@ trust_level = "trusted"
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
         try:
             kit = AGENT_KITS.get(self.scn.agent)
-            exe = self.bindir / (kit.BIN if kit else "claude" if self.scn.agent == "claude_code" else "codex")
+            exe = self.bindir / (kit.BIN if kit else {"claude_code": "claude", "gemini_cli": gemini.BIN}.get(
+                self.scn.agent, "codex"))
             self.version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=60,
                                           env={"HOME": str(self.out), "PATH": f"{self.bindir}:/usr/bin:/bin",
                                                **QUIET_ENV}).stdout.strip()

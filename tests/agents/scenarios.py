@@ -33,6 +33,7 @@ CLAUDE_READY = r"(?i)(for shortcuts|\? for|❯)"
 CODEX_READY = r"(?i)(›|context left|for shortcuts)"
 #: Agents whose screens are described in their own module (tests/agents/agent_*.py).
 READY: dict[str, str] = {m.NAME: m.READY for m in (agent_pi, agent_copilot)}
+GEMINI_READY = r"Type your message"
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Scenario:
     needs: str | None = None
     what: str = ""
     #: the user's own Claude Code settings (hooks), by file: ``user`` (``~/.claude/settings.json``,
-    #: merged before ``hooks install``), ``project`` (``<work>/.claude/settings.json``), ``local``
+    #: merged before ``hooks install``; Gemini CLI: ``~/.gemini/settings.json``), ``project`` (``<work>/.claude/settings.json``), ``local``
     #: (``<work>/.claude/settings.local.json``)
     settings: dict = field(default_factory=dict)
     #: Exporter config merged over the runner's (e.g. ``{"alerts": {"presence_delay_seconds": 10}}``).
@@ -63,6 +64,8 @@ class Scenario:
 
     @property
     def ready(self) -> str:
+        if self.agent == "gemini_cli":
+            return GEMINI_READY
         return READY.get(self.agent) or (CLAUDE_READY if self.agent == "claude_code" else CODEX_READY)
 
 
@@ -434,4 +437,73 @@ def _pi_copilot() -> list[Scenario]:
     return out
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all() + _pi_copilot()}
+def _gemini() -> list[Scenario]:
+    """Gemini CLI (tests/agents/gemini.py; the stand-in is fake_gemini.py, its keywords differ)."""
+    from gemini import next_minute, resume
+
+    G = "gemini_cli"
+    text = [("type", "Say hello. SCN_TEXT"), ("wait_pane", "plain answer", 60), ("expect", "completed", ["completed"], 15)]
+    again = [("type", "Ask me something. SCN_QUESTION"), ("wait_pane", "A or B", 60),
+             ("expect", "completed", ["completed", "completed"], 15)]
+    quit_ = [("type", "/quit"), ("exited", 20)]
+    reload = [("wait_pane", "plain answer", 60), ("sleep", 3)]  # the resumed history is on the screen
+    dialog = r"(?i)allow once"
+    return [
+        Scenario("gemini_text_two_turns", G, "tui", what="a text turn, then a second turn", steps=text + again,
+                 pages=["completed", "completed"], titles=[r"^Gemini CLI · .*your turn$", r"your turn$"]),
+        Scenario("gemini_tool_allow", G, "tui", what="a shell tool approved in its dialog (hooks)", steps=[
+            ("type", "Create a file. SCN_TOUCH"), ("wait_pane", dialog, 60),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Enter"), ("wait_pane", "created made_by_agent", 60),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"needs your approval$", r"your turn$"]),
+        Scenario("gemini_tool_deny", G, "tui", what="a shell tool denied with Esc (hooks)", steps=[
+            ("type", "Create a file. SCN_TOUCH"), ("wait_pane", dialog, 60),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "permission"}),
+            ("keys", "Escape"), ("expect", "interrupted", ["waiting"], 15)], pages=["waiting"]),
+        Scenario("gemini_ask_user", G, "tui", what="ask_user, answered", steps=[
+            ("type", "Ask me a question. SCN_ASK"), ("wait_pane", "Green", 60),
+            ("expect", "waiting", ["waiting"], 10, {"reason": "question"}),
+            ("keys", "Enter"), ("wait_pane", "Thanks for choosing", 60),
+            ("expect", "completed", ["waiting", "completed"], 15)], pages=["waiting", "completed"],
+                 titles=[r"asks you a question$", r"your turn$"]),
+        Scenario("gemini_subagent", G, "tui", what="a subagent (invoke_agent): one page, for the main turn", steps=[
+            ("type", "Delegate this. SCN_AGENT"), ("wait_pane", "reported back", 90),
+            ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("gemini_esc_streaming", G, "tui", what="Esc while streaming, then a new turn", steps=[
+            ("type", "Write a long answer. SCN_SLOW"), ("wait_pane", "word4", 60), ("keys", "Escape"),
+            ("expect", "interrupted", [], 10)] + text, pages=["completed"]),
+        Scenario("gemini_429_recovers", G, "tui", model_env={"FAKE_FAIL_N": 2}, what="two 429s, then the answer",
+                 steps=[("type", "Answer after a rate limit. SCN_ERR429"), ("sleep", 4), ("expect", "working", [], 3),
+                        ("wait_pane", "Recovered", 90), ("expect", "completed", ["completed"], 15)],
+                 pages=["completed"]),
+        Scenario("gemini_400", G, "tui", what="a 400 (not retried): the turn's error, then a turn", steps=[
+            ("type", "Answer a bad request. SCN_ERR400"),
+            ("expect", "error", ["error"], 30, {"error_kind": "api_error"})]
+            + text[:2] + [("expect", "completed", ["error", "completed"], 15)],
+                 pages=["error", "completed"], titles=[r"^Gemini CLI · gemini_400: stopped on ", r"your turn$"]),
+        Scenario("gemini_500_persistent", G, "tui", settings={"user": {"general": {"maxAttempts": 2}}},
+                 what="a 500 on every try: retried for ever (working, no page), then Esc", steps=[
+            ("type", "Answer while the server fails. SCN_ERR500"), ("sleep", 25), ("expect", "working", [], 3),
+            ("keys", "Escape"), ("expect", "interrupted", [], 15)], pages=[]),
+        Scenario("gemini_print_text", G, "print", prompt="Say hello. SCN_TEXT", what="-p: a text answer",
+                 steps=[("exited", 90), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
+        Scenario("gemini_print_400", G, "print", prompt="Answer a bad request. SCN_ERR400",
+                 what="-p: a 400 (only a rollback is written; exit 1)",
+                 steps=[("exited", 90), ("expect", "error", ["error"], 15)], pages=["error"]),
+        Scenario("gemini_resume", G, "tui", what="a turn, /quit, --resume latest, a second turn",
+                 steps=text + quit_ + [("call", resume, "--resume", "latest")] + reload + again,
+                 pages=["completed", "completed"]),
+        Scenario("gemini_resume_next_minute", G, "tui",
+                 what="resume in a later minute (a stub file, the same session), a second turn",
+                 steps=text + quit_ + [("call", next_minute), ("call", resume, "--resume", "latest")] + reload
+                 + again + [("expect", "completed", ["completed", "completed"], 5, {"sessions": 1})],
+                 pages=["completed", "completed"]),
+        Scenario("gemini_quit", G, "tui", what="/quit after a turn (SessionEnd three times): no more pages",
+                 steps=text + quit_ + [("sleep", 2), ("expect", "completed", ["completed"], 5)], pages=["completed"]),
+        Scenario("gemini_text_no_hooks", G, "tui", hooks=False, what="a text turn, no hooks (session file only)",
+                 steps=text, pages=["completed"]),
+    ]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all() + _pi_copilot() + _gemini()}
