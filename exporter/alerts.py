@@ -20,7 +20,6 @@ URLs are logged in Apprise's privacy form (no secrets).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
@@ -32,7 +31,9 @@ from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
 from .metrics import Metrics
-from .names import ALERT_KINDS, ERROR_KINDS
+from .message import ERROR_TITLES, WAIT_TITLES, Message  # noqa: F401  (the titles re-exported)
+from .names import ALERT_KINDS
+from .pagerate import PageRate
 from .persist import load_json, save_json
 from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
 from .providers import PROVIDER_MODULES
@@ -58,12 +59,6 @@ AM_LEDGER_MAX_ENTRIES = 20_000
 AM_KEY_PREFIX = "alertmanager:"
 
 
-#: What a page says the agent waits for, by wait reason.
-WAIT_TITLES = pagetext.WAIT_WORDS
-#: What an error page's title says, by error kind (``names.ERROR_KINDS``): "stopped on <kind>", but
-#: for a process that died, whose turn did not stop on anything.
-ERROR_TITLES = {**{kind: f"stopped on {kind.replace('_', ' ')}" for kind in ERROR_KINDS},
-                "agent_exited": "the agent exited mid-turn"}
 KINDS = ALERT_KINDS
 
 
@@ -179,15 +174,6 @@ def test_alert(cfg: Config) -> int:
     return 1 if failed else 0
 
 
-def _fmt_duration(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    seconds = int(round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h {m}m {s}s" if h else (f"{m}m {s}s" if m else f"{s}s")
-
-
 class Alerter:
     """Delivers what the :class:`~.pager.Pager` decides: targets, the
     delivery thread, retries with backoff, message text, and the ledger file.
@@ -205,12 +191,16 @@ class Alerter:
         #: The noise controls (:mod:`.suppress`): routes, mutes, min_turn, presence, quiet hours.
         self.noise = Noise(cfg.alerts, Mutes(self.state_dir / MUTES_FILE))
         self.digest = Digest(self.state_dir / DIGEST_FILE)
+        #: A page's title and body (:mod:`.message`).
+        self.message = Message(cfg)
         #: ``lookup(provider, session_id)`` → the store's :class:`Session` or None
         #: (``run`` sets the store's; the digest and the mute API read sessions through it).
         self.lookup = lambda provider, session_id: None
         self._mutes_looked = 0.0
         self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
-        self._rates: dict[tuple, list[float]] = self._load_rates()  # (provider, session id) → its recent pages
+        #: (provider, session id) → its recent pages (``alerts.max_pages_per_session``).
+        self.rates = PageRate(self.state_dir / RATES_FILE, self.a.max_pages_per_session,
+                              self.a.page_rate_window_seconds)
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
@@ -296,31 +286,6 @@ class Alerter:
             if strict:
                 raise
 
-    def _load_rates(self) -> dict[tuple, list[float]]:
-        """The page times of :data:`RATES_FILE` still within
-        ``alerts.page_rate_window_seconds`` (a restart does not reset
-        ``alerts.max_pages_per_session``); unusable entries are left out."""
-        data = load_json(self.state_dir / RATES_FILE, "page rate file")
-        rates = data.get("rates") if isinstance(data, dict) else None
-        now, window = time.time(), self.a.page_rate_window_seconds
-        out = {}
-        for key, times in (rates.items() if isinstance(rates, dict) else ()):
-            if isinstance(key, str) and isinstance(times, list):
-                kept = [t for t in times if type(t) in (int, float) and 0 <= now - t < window]
-                if kept:
-                    out[tuple(key.split("\t"))] = kept[-max(1, self.a.max_pages_per_session):]
-        return out
-
-    def _save_rates(self) -> None:
-        """Write the page times (atomically; a failure is logged)."""
-        now, window = time.time(), self.a.page_rate_window_seconds
-        data = {"version": 1, "rates": {"\t".join(map(str, k)): v for k, v in list(self._rates.items())
-                                        if v and now - v[-1] < window}}
-        try:
-            save_json(self.state_dir / RATES_FILE, data)
-        except OSError as e:
-            log.error("cannot write the page rate file %s: %s", self.state_dir / RATES_FILE, e.strerror or e)
-
     # -- pages made elsewhere (Alertmanager) ---------------------------------
     def page(self, key: str, kind: str, title: str, body: str, tags: frozenset = frozenset(),
              notify: str = "warning") -> bool:
@@ -353,7 +318,7 @@ class Alerter:
                     if not remaining:
                         counts["untaken"] += 1
                         continue
-                    if rate_key is not None and not self._rate_take(rate_key, now):
+                    if rate_key is not None and not self.rates.take(rate_key, now):
                         self.metrics.alerts_rate_limited.labels(kind).inc()
                         counts["rate_limited"] += 1
                         ledger[key] = {"status": "rate_limited", "at": now}
@@ -375,23 +340,10 @@ class Alerter:
                     raise
         counts["new"] = len(queued)
         if queued and self.a.max_pages_per_session and any(pg[6] is not None for pg in pages):
-            self._save_rates()
+            self.rates.save()
         for p in queued:  # not in the pager's pending (the reader thread's): delivery and its retries only
             self._work.put(p)
         return counts
-
-    def _rate_take(self, key, now: float) -> bool:
-        """One more page under ``key`` within ``alerts.max_pages_per_session``
-        per ``alerts.page_rate_window_seconds``: True (and counted) or False."""
-        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
-        if not limit or not window:
-            return True
-        times = [t for t in self._rates.get(key, ()) if now - t < window]
-        if len(times) >= limit:
-            self._rates[key] = times
-            return False
-        self._rates[key] = times + [now]
-        return True
 
     def _takers(self, tags: frozenset) -> list[int]:
         """Indexes of the targets that take a page with Apprise ``tags``."""
@@ -565,17 +517,10 @@ class Alerter:
         """``p`` keeps ``alerts.max_pages_per_session`` per
         ``alerts.page_rate_window_seconds`` (Unix seconds ``now``); when
         over, it is counted, logged and dropped (never sent)."""
-        limit, window = self.a.max_pages_per_session, self.a.page_rate_window_seconds
-        if not limit or not window:
+        limit = self.a.max_pages_per_session
+        if not limit or not self.a.page_rate_window_seconds:
             return True
-        rates = self._rates
-        key = (p.session.provider, p.session.session_id)
-        times = [t for t in rates.get(key, ()) if now - t < window]
-        if len(rates) > 10_000:  # sessions paged long ago: forgotten
-            for k in [k for k, v in rates.items() if not v or now - v[-1] >= window]:
-                del rates[k]
-        if len(times) >= limit:
-            rates[key] = times
+        if not self.rates.take((p.session.provider, p.session.session_id), now):
             self.metrics.alerts_rate_limited.labels(p.kind).inc()
             self.metrics.alerts_suppressed.labels(p.kind, "rate_limit").inc()
             if not p.reminder:
@@ -584,8 +529,7 @@ class Alerter:
             self.pager.decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
                                "(alerts.max_pages_per_session)", level=logging.WARNING)
             return False
-        rates[key] = times + [now]
-        self._save_rates()  # a restart does not reset the limit
+        self.rates.save()  # a restart does not reset the limit
         return True
 
     # -- delivery thread ---------------------------------------------------
@@ -640,7 +584,7 @@ class Alerter:
             # Claude Code 2.1.332: StopFailure server_error, then a 529's envelope).
             cur = p.session.status
             st = cur if cur.state == p.state and unit_of(cur) == p.turn else (p.status or cur)
-            title, body = self._message(p.session, st)
+            title, body = self.message.text(p.session, st)
             if p.reminder:
                 title = "Reminder: " + title
         if p.session is not None and not p.reminder:
@@ -686,59 +630,3 @@ class Alerter:
                 return
             self.pager.ledger[p.key] = {**entry, "status": "sending"}
         self._save()
-
-    # -- message -----------------------------------------------------------
-    def _message(self, s: Session, st) -> tuple[str, str]:
-        mod = PROVIDER_MODULES[s.provider]
-        project = project_label(s.cwd, self.cfg.metrics.project_label) or "session"
-        if st.state == "completed":
-            title = f"{mod.LABEL} · {project}: your turn"
-        elif st.state == "error":
-            title = f"{mod.LABEL} · {project}: {ERROR_TITLES.get(st.error_kind, 'stopped on an error')}"
-        elif st.state == "waiting":
-            title = f"{mod.LABEL} · {project}: {WAIT_TITLES.get(st.reason, 'waits for you')}"
-        else:
-            title = f"{mod.LABEL} · {project}: stalled"
-        lines = [pagetext.headline(mod.LABEL, project if project != "session" else "", st),
-                 *pagetext.action_lines(mod, s, self.a.link_base_url), f"Session: {s.session_id}"]
-        dur = _fmt_duration(st.duration)
-        if dur:
-            lines.append(f"Turn took: {dur}")
-        if st.state == "completed":
-            lines.append(f"Detected: {st.evidence} ({st.detail})")
-        elif st.state == "error":
-            lines.append(f"Error: {st.error_kind}")
-        elif st.state == "waiting":
-            # A tool name comes from a hook body: data, quoted and bounded, never the title (issue 22).
-            lines.append(f"Waiting for: {st.reason}" + (f" (tool {json.dumps(st.tool[:64])})" if st.tool else ""))
-        if self.a.include_cost and st.state == "completed":
-            lines.append(self._cost_line(s))
-        if self.a.include_excerpt and s.reducer.last_text:
-            text = s.reducer.last_text.strip()
-            n = self.a.excerpt_chars
-            lines.append("")
-            lines.append(text if len(text) <= n else text[: max(0, n - 1)] + "…")
-        return title, "\n".join(lines)
-
-    def _cost_line(self, s: Session) -> str:
-        """``alerts.include_cost``: what the turn cost, as the session's cost
-        (exporter.usage) now less at its previous completion page in this
-        run; the session's cost so far when there was none (the first page,
-        or after a restart)."""
-        from .usage import prices_from_config
-
-        prices = getattr(self, "_prices", None)
-        if prices is None:
-            prices = self._prices = prices_from_config(self.cfg)
-            self._costs: dict = {}
-        now = s.usage.cost(prices)
-        if now is None:
-            return "Cost: unknown (no price for the model)"
-        key = (s.provider, s.session_id)
-        before = self._costs.pop(key, None)
-        self._costs[key] = now
-        if len(self._costs) > 4096:
-            del self._costs[next(iter(self._costs))]
-        if before is None:
-            return f"Cost: ${now:.2f} session so far"
-        return f"Cost: ${max(0.0, now - before):.2f} this turn (${now:.2f} session)"

@@ -23,6 +23,7 @@ from .history import HistoryIndex
 from .hooks import HookInbox
 from .metrics import Metrics
 from .names import OPEN_STATES
+from .poll import Poller
 from .registry import Registry
 from .roots import Roots, configured_roots, describe_root
 from .startup import StartUp
@@ -72,10 +73,12 @@ class Daemon:
         #: Claude Code's session registry, stepped by the reader thread.
         self.registry = Registry.from_config(cfg, self.metrics, self.queue.put, self.roots)
         #: The followed files: reads, the poll and the walk, the history index.
-        self.files = FileTable(self.store, cfg.sources.max_line_bytes, self.roots, self.queue)
-        self.watcher = (Watcher(self.roots, self.queue, self.files.on_dir, cfg.sources.poll_interval_seconds)
+        self.files = FileTable(self.store, cfg.sources.max_line_bytes, self.roots)
+        #: What the watcher misses: the poll, the walk of the roots, the folders it reports.
+        self.poller = Poller(self.files, self.roots, self.queue)
+        self.watcher = (Watcher(self.roots, self.queue, self.poller.on_dir, cfg.sources.poll_interval_seconds)
                         if cfg.sources.watch_events else None)
-        self.files.watcher = self.watcher
+        self.poller.watcher = self.watcher
         #: Hook and registry evidence; its ``kept`` deliveries go with the checkpoint.
         self.evidence = Evidence(self.store, self.files, self.roots, self.metrics)
         self.evidence.journal = self.journal  # its recovered deliveries are applied with the checkpoint's
@@ -104,7 +107,7 @@ class Daemon:
                 log.info("reading %s transcripts under %s", prov, root)
             else:
                 log.info("waiting for %s folder %s (it %s)", prov, root, describe_root(prov, root))
-                self.files.missing.add(root)
+                self.poller.missing.add(root)
         self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
         self._thread.start()
 
@@ -157,7 +160,7 @@ class Daemon:
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:
-                self.files.poll(count=False)  # what was written before the watches were in place
+                self.poller.poll(count=False)  # what was written before the watches were in place
                 self._evaluate()
             except Exception:  # pragma: no cover - keep following files whatever happens
                 log.exception("reader loop error; continuing")
@@ -172,12 +175,12 @@ class Daemon:
                 timeout = min(timeout, self.alerter.next_due_in())
             paths = self.queue.take(timeout)
             try:
-                self.files.drain_dirs()
+                self.poller.drain_dirs()
                 for p in paths:
                     self.files.read(p, live=True)
                 polled = False
                 if time.monotonic() >= next_poll:
-                    polled = self.files.poll()
+                    polled = self.poller.poll()
                     self.hooks.take_spool(cfg.resolved_state_dir(), cfg.hooks.spool_max_age_seconds,
                                           cfg.hooks.max_body_bytes)
                     next_poll = time.monotonic() + cfg.sources.poll_interval_seconds

@@ -153,18 +153,29 @@ class Evidence:
             self.files.read(path, live=True)
         return s
 
-    @staticmethod
-    def status(s):
-        """Session ``s``'s :class:`~.reducer.Status` now."""
-        return s.reducer.status(time.time(), s.last_write)
+    def status_of(self, provider: str, sid: str, read: bool = False):
+        """Session ``(provider, sid)``'s :class:`~.reducer.Status` now, or
+        None when no transcript told of it yet. ``read``: its transcripts
+        are read first (:meth:`current`), so that evidence applied next is
+        ordered after every record written before it. What the session
+        registry (:mod:`exporter.registry`) learns of a session: a value,
+        never the store's session or its reducer."""
+        s = self.current(provider, sid) if read else self.store.sessions.get((provider, sid))
+        return None if s is None else s.reducer.status(time.time(), s.last_write)
 
-    def apply(self, s, ev, ident: str, history: bool) -> bool:
-        """Apply event ``ev`` (from the session registry) to session ``s`` as
-        a delivery named ``registry`` with identity ``ident``. ``history``:
-        found so at start-up (shown, never news; the session is no longer
-        carried open). Live evidence is kept with the hook deliveries for
-        the checkpoint, so that after a restart a wait that a hook and the
-        registry both reported has one key (one page). True when applied."""
+    def apply(self, provider: str, sid: str, ev, ident: str, history: bool) -> bool:
+        """Apply event ``ev`` (from the session registry) to session
+        ``(provider, sid)`` as a hook delivery named ``registry`` with
+        identity ``ident``, through the one ingest path hooks take
+        (:meth:`~.store.SessionStore.apply_hook`; never creates a session).
+        ``history``: found so at start-up (shown, never news; the session is
+        no longer carried open). Live evidence is kept with the hook
+        deliveries for the checkpoint, so that after a restart a wait that a
+        hook and the registry both reported has one key (one page). True
+        when applied."""
+        s = self.store.sessions.get((provider, sid))
+        if s is None:
+            return False
         if history:
             ev.replayed = True
             self.store.carry.discard((s.provider, s.session_id))

@@ -2,11 +2,10 @@
 the session it is bound to), reading it (:meth:`FileTable.refresh`, batches
 handed to the store, which applies them through :mod:`exporter.ingest`),
 the one-shot and start-up reads of many files (:meth:`FileTable.read_all`),
-and, for the daemon, reading a followed or new file (:meth:`FileTable.read`),
-the poll of every followed file's stat and the walk of the roots for new and
-changed history files (:meth:`FileTable.poll`), the folders the watcher
-reports (:meth:`FileTable.on_dir`), and the history index of the files left
-unread at start-up.
+and, for the daemon, reading a followed or new file (:meth:`FileTable.read`)
+and the history index of the files left unread at start-up. Finding what
+to read that the watcher missed (the poll, the walk of the roots) is
+:mod:`exporter.poll`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from .decode import decode_line
 from .events import SESSION
 from .history import HistoryIndex
 from .providers import PROVIDER_MODULES, sniff
-from .roots import WalkStats, walk_jsonl
 from .tailer import Tailer
 
 log = logging.getLogger("exporter.daemon")
@@ -32,10 +30,6 @@ log = logging.getLogger("exporter.daemon")
 #: Bytes of a history file's first line read when the provider names the
 #: session there (Codex ``session_meta``).
 HISTORY_HEAD_BYTES = 1 << 20
-
-#: The poll walks the roots at most once per this many times the last
-#: walk's duration (1 % of a core; see FileTable.poll).
-WALK_COST_FACTOR = 100.0
 
 
 def stat_key(st: os.stat_result) -> tuple:
@@ -101,14 +95,13 @@ class FileTable:
     which applies what they say): ``files`` maps a path to its
     :class:`_File`. ``max_line_bytes``: the tailer's line cap. For the
     daemon also ``roots`` (:class:`~.roots.Roots`: which paths are
-    followed), ``queue`` (the change queue the watcher fills:
-    ``pending(path)``, ``wake()``), ``watcher`` (or None) and ``stop`` (an
-    event that ends a long read early); a one-shot reader (``scan``, tests)
-    needs none of them. Runs on the reader thread only (``on_dir``
-    excepted: any thread)."""
+    followed) and ``stop`` (an event that ends a long read early); a
+    one-shot reader (``scan``, tests) needs neither. What the watcher
+    misses is found by :class:`~.poll.Poller`. Runs on the reader thread
+    only."""
 
-    def __init__(self, store, max_line_bytes: int, roots=None, queue=None, watcher=None):
-        self.store, self.roots, self.queue, self.watcher = store, roots, queue, watcher
+    def __init__(self, store, max_line_bytes: int, roots=None):
+        self.store, self.roots = store, roots
         self.metrics = store.metrics
         self.max_line_bytes = max_line_bytes
         self.files: dict[str, _File] = {}
@@ -116,15 +109,7 @@ class FileTable:
         self.stop = threading.Event()
         #: Files the start-up scan left as history, followed from their end once they change.
         self.history = HistoryIndex()
-        self.missing: set[Path] = set()  # roots that do not exist (now)
         self.unreadable: dict[str, tuple] = {}  # path → stat key of a failed read (not retried until it changes)
-        self._new_dirs: list[str] = []
-        self._dir_lock = threading.Lock()
-        self._denied: set[str] = set()  # folders that could not be listed at the last poll
-        self._next_coverage = 0.0
-        self._next_walk = 0.0  # monotonic time of the poll's next walk of the roots
-        self._walk_reading = 0.0  # seconds the last walk spent reading the files it found
-        self._folders: dict[str, int] = {}  # root → folders its last walk listed
 
     # -- one file ------------------------------------------------------------
     def track(self, path: str, provider: str, root: Path | None = None, role=False,
@@ -328,11 +313,6 @@ class FileTable:
         return first
 
     # -- the daemon's side -------------------------------------------------------
-    def on_dir(self, path: str) -> None:
-        with self._dir_lock:
-            self._new_dirs.append(path)
-        self.queue.wake()
-
     def read(self, path: str, live: bool, until: int | None = None) -> None:
         """Read ``path`` (followed or not yet: a file under a root, new or a
         history file that changed) as far as it goes (``until``: no further
@@ -379,127 +359,6 @@ class FileTable:
             self.unreadable[path] = key  # the open failed (permissions, not a regular file, …)
         else:
             self.unreadable.pop(path, None)  # (refresh said it is readable again)
-
-    def drain_dirs(self) -> None:
-        with self._dir_lock:
-            dirs, self._new_dirs = self._new_dirs, []
-        for d in dirs:
-            for p in walk_jsonl(Path(d)):
-                if p not in self.files:
-                    self.read(p, live=True)
-
-    def poll(self, count: bool = True) -> bool:
-        """Stat every followed file, walk the roots for new files and changed
-        history files, recover what the watcher missed (counted, unless
-        ``count`` is false: before the watches were placed), drop files that
-        vanished. True when it read something (the caller then evaluates at
-        once).
-
-        The walk lists every folder and stats every history file: with a
-        heavy history that is most of the poll's cost, so it runs at most
-        once per ``WALK_COST_FACTOR`` times its own duration (a walk that
-        takes 0.3 s runs every 30 s or more: 1 % of a core), at every poll
-        for a small tree. File events find new and changed files at once
-        meanwhile; a root that appears is walked at the next poll."""
-        m = self.metrics
-        found = False
-        counting = self.watcher is not None and count
-        appeared = False
-        for prov, root in self.roots:
-            if not root.is_dir():
-                if root not in self.missing:
-                    log.warning("%s folder %s disappeared; waiting for it", prov, root)
-                    self.missing.add(root)
-            elif root in self.missing:
-                self.missing.discard(root)
-                log.info("%s folder %s appeared; reading it", prov, root)
-                appeared = True
-        now_m = time.monotonic()
-        if not count or appeared or now_m >= self._next_walk:
-            found = self._walk(counting)
-            # the walk's own cost: not the time spent reading the files it found (issue 22: a root swapped
-            # for a symlink and back was read whole in its walk, and walks then paused for minutes)
-            self._next_walk = now_m + max(0.0, time.monotonic() - now_m - self._walk_reading) * WALK_COST_FACTOR
-        for path in list(self.files):
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                self.forget(path)
-                self.unreadable.pop(path, None)
-                continue
-            except OSError:
-                continue
-            if self.changed(path, st) and not self.queue.pending(path):
-                if self.unreadable.get(path) == stat_key(st):
-                    continue  # failed with this very stat: logged and counted once, retried when it changes
-                if counting and path not in self.unreadable:
-                    m.poll_recoveries.labels(self.files[path].provider.NAME).inc()
-                self.read(path, live=True)
-                found = True
-        gone = self.expire()
-        if gone:
-            log.info("forgot %d session(s) not written for metrics.session_ttl_seconds", gone)
-        if self.watcher is not None:
-            self.watcher.forget_missing()
-            self.watcher.ensure()
-            if time.monotonic() >= self._next_coverage:
-                self._next_coverage = time.monotonic() + 2.0
-                self.watcher.check_coverage(self._folders)
-        return found
-
-    def _walk(self, counting: bool) -> bool:
-        """The poll's walk of every root (see :meth:`_poll`): files not
-        followed yet are read (new ones from their start, history files that
-        changed from where they ended); history files no longer found are
-        forgotten. True when it read something."""
-        m, history = self.metrics, self.history
-        found = False
-        self._walk_reading = 0.0
-        seen = bytearray(history.slots()) if len(history) else None
-        denied: dict[str, OSError] = {}
-        for prov, root in self.roots:
-            if root in self.missing:
-                continue  # its files are gone with it
-            stats = WalkStats()
-            for path in walk_jsonl(root, stats):
-                if path in self.files:
-                    continue
-                i = history.position(path) if seen is not None else -1
-                if i >= 0:  # a history file: read when its stat changed
-                    seen[i] = 1
-                    try:
-                        if history.unchanged(i, os.stat(path)):
-                            continue
-                    except OSError:
-                        continue
-                if self.queue.pending(path) or (i < 0 and not self.track(path, prov, root, born=time.time())):
-                    continue
-                if counting:
-                    m.poll_recoveries.labels(prov).inc()
-                began = time.monotonic()
-                self.read(path, live=True)
-                self._walk_reading += time.monotonic() - began
-                found = True
-            self._folders[str(root)] = stats.dirs
-            denied.update(stats.denied)
-        self._note_denied(denied)
-        if seen is not None and not denied:  # every folder listed: a history file not found is gone
-            for prov, n in history.drop_unseen(seen).items():
-                if n:
-                    self.watched(prov).dec(n)
-        return found
-
-    def _note_denied(self, denied: dict[str, OSError]) -> None:
-        """Say once when a folder cannot be listed (its transcripts are not
-        read), and when it can again."""
-        for d in sorted(set(denied) - self._denied):
-            e = denied[d]
-            log.warning("cannot list folder %s: %s; its transcripts are not read until it can be", d,
-                        e.strerror or e)
-        for d in sorted(self._denied - set(denied)):
-            if os.path.isdir(d):
-                log.info("folder %s can be listed again", d)
-        self._denied = set(denied)
 
 
 def make_reader(cfg, metrics=None, session_ttl: float = 0) -> tuple:

@@ -7,7 +7,11 @@ travels with it into the reducer; nothing later rewrites it (a turn end the
 page ledger still owes is kept by the reducer: ``SessionReducer.owed``).
 
 Functions of the :class:`~.store.SessionStore` whose state they change (its
-files, sessions and identities); the store calls them under its lock.
+files, sessions and identities); the store calls them under its lock. They
+reach the store only through its public surface (``sessions``, ``metrics``,
+``identity``, ``usage``, :meth:`~.store.SessionStore.open_session`,
+:meth:`~.store.SessionStore.hook_once`, :meth:`~.store.SessionStore.changed`);
+this module does not import the store (the store imports it).
 """
 
 from __future__ import annotations
@@ -22,14 +26,9 @@ import orjson
 from .decode import LineError, decode_line, split_glued
 from .events import META, SESSION
 from .identity import COPY, DUPLICATE
-from . import store as _store  # Session (a module still importing when this one is)
-from .reducer import SessionReducer
 from .usage import take as _take_usage
 
 log = logging.getLogger("exporter.store")
-
-#: Longer (or unprintable) session ids are replaced by a digest in labels.
-MAX_ID_CHARS = 128
 
 
 def _line_key(session_id: str, line: bytes) -> str:
@@ -150,28 +149,13 @@ def bind(store, f, ev):
         sid = ev.session_id
     if sid is None:
         sid = ev.session_id or Path(f.path).stem
-    s = session(store, prov, sid, hidden=f.sidechain)
+    s = store.open_session(prov, sid, hidden=f.sidechain)
     if not f.sidechain:
         s.hidden = False
     if ev.cwd and not s.cwd:
         s.cwd = ev.cwd
     s.files.add(f.path)
     f.session = s
-    return s
-
-
-def session(store, provider: str, sid: str, hidden: bool = False):
-    """The session ``(provider, sid)``, made when new."""
-    if len(sid) > MAX_ID_CHARS or not sid.isprintable():
-        # ids come from transcript or hook content and become label values: bound them
-        sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    key = (provider, sid)
-    s = store.sessions.get(key)
-    if s is None:
-        s = _store.Session(provider, sid, SessionReducer(store.timing))
-        s.reducer.owed = store.owed.get(key, s.reducer.owed)
-        s.hidden = hidden
-        store.sessions[key] = s
     return s
 
 
@@ -195,7 +179,7 @@ def apply_hook(store, d, may_create: bool = True, by_file=None):
         store.metrics.hook_errors.labels("unknown_session").inc()
         return None
     if s is None:
-        s = session(store, d.provider, d.session_id)
+        s = store.open_session(d.provider, d.session_id)
         s.hidden = False
     if d.cwd and not s.cwd:
         s.cwd = d.cwd
@@ -204,19 +188,15 @@ def apply_hook(store, d, may_create: bool = True, by_file=None):
     # A delivery made twice (posted and spooled, saved and applied again)
     # comes within minutes: its identity is kept in one bounded window for
     # all sessions, so memory does not grow with hook traffic.
-    idents = store._hook_idents
-    if d.ident in idents:
+    if not store.hook_once(d.ident):
         store.metrics.duplicates.labels(d.provider).inc()
         s.counters.duplicates += 1
         return None
-    idents[d.ident] = None
-    if len(idents) > _store.HOOK_IDENTS_KEPT:
-        del idents[next(iter(idents))]
     s.seq += 1
     s.counters.events += 1
     s.last_write = max(s.last_write, ev.ts)
     ev.source = ev.source or ("registry" if d.name == "registry" else "hook")
     s.reducer.apply(ev, s.seq, not ev.replayed, f"{s.session_id}:{d.ident}")
-    store._dirty.add((s.provider, s.session_id))
+    store.changed(s)
     return s
 

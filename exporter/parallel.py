@@ -232,8 +232,7 @@ def scan_rows(files, make, at: float | None, n: int, progress=None) -> list[dict
         store, table = make()
         first = table.read_all([files[i] for i in shard], label)
         store.evaluate(time.time() if at is None else at)
-        with store._lock:
-            rows = store.rows(at)
+        rows = store.rows(at)
         store.usage.prices.save()  # the models this worker priced, for the next scan
         order = {key: shard[i] for key, i in first.items()}
         return sorted(set(store.sessions)), ([(order.get((r["provider"], r["session_id"]), 0), r) for r in rows],
@@ -276,15 +275,10 @@ def _adopt(store, table, part: tuple) -> None:
     """Take over the files, sessions and counts of :func:`_export` (of a
     worker that read other files than this process)."""
     files, sessions, counts, identity, usage = part
-    with store._lock:
-        store.identity.merge(identity)
-        store.usage.merge(usage)
-        for path, f in files.items():
-            table.files[path] = f
-            table.watched(f.provider.NAME).inc()
-        for key, s in sessions.items():
-            store.sessions[key] = s
-            store._dirty.add(key)
+    store.adopt(sessions, identity, usage)
+    for path, f in files.items():
+        table.files[path] = f
+        table.watched(f.provider.NAME).inc()
     for name, labels, value in counts:
         getattr(store.metrics, name).labels(**labels).inc(value)
 

@@ -101,8 +101,7 @@ def scan(paths: list[str], cfg: Config, provider: str | None = None, at: float |
     store, table = make()
     table.read_all(files, progress)
     store.evaluate(time.time() if at is None else at)
-    with store._lock:
-        rows = store.rows(at)
+    rows = store.rows(at)
     store.usage.prices.save()
     return rows, store
 

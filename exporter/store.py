@@ -89,6 +89,9 @@ class Transition:
 #: Hook delivery identities remembered to apply a delivery made twice once.
 HOOK_IDENTS_KEPT = 4096
 
+#: Longer (or unprintable) session ids are replaced by a digest in labels.
+MAX_ID_CHARS = 128
+
 
 class SessionStore:
     """Holds every session.
@@ -149,6 +152,54 @@ class SessionStore:
                 s.counters.skipped += res.oversized
                 s.last_write = max(s.last_write, f.tailer.mtime_ns / 1e9)
                 self._dirty.add((s.provider, s.session_id))
+
+    def open_session(self, provider: str, sid: str, hidden: bool = False) -> Session:
+        """The session ``(provider, sid)``, made when new (``hidden``: a
+        subagent's file with no known parent yet). An id longer than
+        :data:`MAX_ID_CHARS` or unprintable (it comes from transcript or hook
+        content and becomes a label value) is replaced by ``sha256:`` and 16
+        hex digits. For :mod:`exporter.ingest`; the caller holds the lock."""
+        if len(sid) > MAX_ID_CHARS or not sid.isprintable():
+            sid = "sha256:" + hashlib.sha256(sid.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        key = (provider, sid)
+        s = self.sessions.get(key)
+        if s is None:
+            s = Session(provider, sid, SessionReducer(self.timing))
+            s.reducer.owed = self.owed.get(key, s.reducer.owed)
+            s.hidden = hidden
+            self.sessions[key] = s
+        return s
+
+    def hook_once(self, ident: str) -> bool:
+        """True the first time hook delivery ``ident`` is seen, False for a
+        delivery made twice (posted and spooled, saved and applied again:
+        these come within minutes). The identities are kept in one window of
+        :data:`HOOK_IDENTS_KEPT` for all sessions, so memory does not grow
+        with hook traffic. The caller holds the lock."""
+        idents = self._hook_idents
+        if ident in idents:
+            return False
+        idents[ident] = None
+        if len(idents) > HOOK_IDENTS_KEPT:
+            del idents[next(iter(idents))]
+        return True
+
+    def changed(self, s: Session) -> None:
+        """Session ``s`` took new evidence: :meth:`evaluate` looks at it next
+        time. The caller holds the lock."""
+        self._dirty.add((s.provider, s.session_id))
+
+    def adopt(self, sessions: dict, identity: Identity, usage: Accounting) -> None:
+        """Take over ``sessions`` (``{(provider, session id): Session}``), the
+        record identities and the token accounting of another store (a
+        start-up reading process that read other files: ``exporter.parallel``);
+        each adopted session is evaluated next."""
+        with self._lock:
+            self.identity.merge(identity)
+            self.usage.merge(usage)
+            for key, s in sessions.items():
+                self.sessions[key] = s
+                self._dirty.add(key)
 
     def file_gone(self, s: Session, path: str) -> None:
         """Session ``s`` lost its file ``path`` (deleted); a session whose
@@ -286,6 +337,11 @@ class SessionStore:
 
     # -- views -------------------------------------------------------------
     def rows(self, now: float | None = None) -> list[dict]:
+        """Under the lock: :meth:`_rows`."""
+        with self._lock:
+            return self._rows(now)
+
+    def _rows(self, now: float | None = None) -> list[dict]:
         """Visible sessions as dicts (provider, session_id, project, state,
         evidence, error_kind, source (transcript/hook/registry), waiting_for (reason, tool), since, last_event_at, last_write, counters,
         usage (:meth:`~.usage.Tally.summary`), cost_usd (USD or None)), newest first, within the session TTL."""
@@ -323,8 +379,7 @@ class SessionStore:
     def snapshot(self):
         """For the collector: ``(rows cut to max_sessions, counts by
         (provider, state), how many the cap left out)``."""
-        with self._lock:
-            rows = self.rows()
+        rows = self.rows()
         counts: dict[tuple[str, str], int] = {}
         for r in rows:
             counts[(r["provider"], r["state"])] = counts.get((r["provider"], r["state"]), 0) + 1

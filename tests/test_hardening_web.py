@@ -198,12 +198,12 @@ def test_a_file_that_failed_for_want_of_descriptors_is_read_at_the_next_poll(tmp
             return real_open(p, flags, *a, **kw)
 
         monkeypatch.setattr(os, "open", fake_open)
-        d.files.poll(count=False)
+        d.poller.poll(count=False)
         d.store.evaluate()
         assert (s.sid not in {sid for _, sid in d.store.sessions}) or d.store.sessions[("claude_code", s.sid)] \
             .status.state != "completed"
         failing.clear()  # descriptors (or the permission) are back; the file did not change
-        d.files.poll(count=False)
+        d.poller.poll(count=False)
         d.store.evaluate()
         done = ("claude_code", s.sid) in d.store.sessions and \
             d.store.sessions[("claude_code", s.sid)].status.state == "completed"
@@ -227,6 +227,7 @@ def test_the_walk_back_off_counts_the_walk_not_the_reading(tmp_path, monkeypatch
     and back is found anew, whole) is not the walk's cost: counted as such it
     paused walks, and new sessions, for minutes."""
     from coding_agent_exporter import files as files_mod
+    from coding_agent_exporter import poll as poll_mod
 
     d = _in_process(tmp_path)
     for n in range(20):
@@ -240,9 +241,9 @@ def test_the_walk_back_off_counts_the_walk_not_the_reading(tmp_path, monkeypatch
 
     monkeypatch.setattr(files_mod.FileTable, "read", slow_read)
     t = time.monotonic()
-    d.files.poll(count=False)
+    d.poller.poll(count=False)
     assert time.monotonic() - t >= 1.0 and len(d.files.files) == 20
-    assert d.files._next_walk - time.monotonic() < 0.2 * files_mod.WALK_COST_FACTOR, d.files._next_walk - time.monotonic()
+    assert d.poller._next_walk - time.monotonic() < 0.2 * poll_mod.WALK_COST_FACTOR, d.poller._next_walk - time.monotonic()
 
 
 def test_hook_memory_is_bounded_and_a_delivery_made_twice_applies_once(tmp_path):
@@ -255,7 +256,7 @@ def test_hook_memory_is_bounded_and_a_delivery_made_twice_applies_once(tmp_path)
     s = ClaudeSession("b0000000-0000-4000-8000-000000000024")
     path = claude_path(tmp_path, s.sid)
     write(path, s.prompt() + s.tool_use())
-    d.files.poll(count=False)
+    d.poller.poll(count=False)
     session = d.store.sessions[("claude_code", s.sid)]
     seen_before = len(session.seen)
     body = {"session_id": s.sid, "transcript_path": str(path), "cwd": "/home/dev/proj", "tool_name": "Bash"}

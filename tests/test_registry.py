@@ -30,7 +30,8 @@ from coding_agent_exporter.events import END, ERROR, WAIT, WAIT_REASONS, WORK
 from coding_agent_exporter.metrics import USER_WAIT_REASONS
 from coding_agent_exporter.alerts import WAIT_TITLES
 from coding_agent_exporter.providers import claude_registry as creg
-from coding_agent_exporter.registry import Registry, _Entry, own_pid_domain, process_started
+from coding_agent_exporter.registry import Registry
+from coding_agent_exporter.registry_records import Entry as _Entry, own_pid_domain, process_started
 from harness import Exporter, Receiver, claude_path, wait_for
 from test_hardening_support import ClaudeSession, alerts_for, write
 
@@ -222,15 +223,15 @@ def test_liveness_with_a_real_process(tmp_path):
         ticks = proc_start_of(child.pid)
         base = json.loads((FIXTURES / "v2.1.226_cli_idle_linux.json").read_bytes())
         rec = creg.parse(json.dumps({**base, "pid": child.pid, "procStart": ticks}).encode())
-        assert reg._alive(rec)
+        assert reg.records.alive(rec)
         assert process_started(child.pid) == pytest.approx(psutil.Process(child.pid).create_time())
         reused = creg.parse(json.dumps({**base, "pid": child.pid, "procStart": str(int(ticks) - 500)}).encode())
-        assert not reg._alive(reused)  # the same pid, another process's start
+        assert not reg.records.alive(reused)  # the same pid, another process's start
         child.send_signal(signal.SIGKILL)
         wait_for(lambda: process_started(child.pid) is None, what="a zombie reads as dead")
-        assert not reg._alive(rec)
+        assert not reg.records.alive(rec)
         child.wait()
-        assert not reg._alive(rec)
+        assert not reg.records.alive(rec)
     finally:
         child.kill()
         child.wait()
@@ -640,7 +641,7 @@ def test_pid_domain_of_another_machine_or_container(tmp_path):
         path = tmp_path / f"{1000 + n}.json"
         path.write_text(json.dumps({**real, "pid": 1000 + n, "pidDomain": f"linux:{machine}:{ns}"}))
         e = _Entry()
-        reg._read(str(path), e)
+        reg.records.read(str(path), e)
         assert (e.rec is not None) == used
     assert m.registry.get_sample_value("coding_agent_registry_records_skipped_total",
                                        {"reason": "foreign_pid_domain"}) == 2
@@ -700,7 +701,7 @@ def test_size_cap_and_a_link_to_a_key_file(tmp_path):
         time.sleep(0.2)
         for pid in (1001, 1002, 1003):
             e = _Entry()
-            assert reg._read(str(tmp_path / f"{pid}.json"), e) and e.rec is None
+            assert reg.records.read(str(tmp_path / f"{pid}.json"), e) and e.rec is None
         time.sleep(0.3)
         assert watch.opened == []
     finally:
