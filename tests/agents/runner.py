@@ -398,7 +398,7 @@ trust_level = "trusted"
                                           env={"HOME": str(self.out), "PATH": f"{self.bindir}:/usr/bin:/bin",
                                                **QUIET_ENV}).stdout.strip()
             m = re.search(r"\d+\.\d+\.\d+\S*", self.version)
-            res["version"] = m.group(0) if m else self.version
+            res["version"] = m.group(0).rstrip(".") if m else self.version  # (Copilot CLI: "1.0.102.")
             self.setup()
             self.start_agent()
             if self.scn.mode == "tui":
