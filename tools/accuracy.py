@@ -167,6 +167,41 @@ def real_files(tmp: Path) -> dict[tuple[str, str], list[int]]:
     return out
 
 
+def gemini_runs(tmp: Path, live: dict, back: dict, wrong: list) -> None:
+    """Gemini CLI 0.61's recorded runs (tests/fixtures/gemini_cli; no case entries: its record log is
+    replayed by tests/gemini_replay.py, in process, in timeline order) with the hooks the CLI ran:
+    the states at each screen and the pages, against tests/test_gemini_cli.py's ``EXPECT``; and each
+    run laid out at once as a backfill (no page)."""
+    from collections import Counter
+
+    import gemini_replay as gr
+    import test_gemini_cli as tg
+
+    key = ("gemini_cli", "0.61")
+    for run in gr.runs():
+        _files_pages, hook_pages, screens = tg.EXPECT[run]
+        r = gr.replay(run, tmp / "live" / run / ".gemini" / "tmp", True)
+        ok = r.snaps == {label: pair[1] for label, pair in screens.items()}
+        t = live[key]
+        t.cases += 1
+        t.states_ok += ok
+        want, got = Counter(hook_pages), Counter(r.pages)
+        right = sum((want & got).values())
+        t.right += right
+        t.false += sum(got.values()) - right
+        t.missed += sum(want.values()) - right
+        if not ok or want != got:
+            wrong.append(f"live {run}: states {'right' if ok else 'wrong'}, pages {hook_pages} got {r.pages}")
+        pages, row = gr.backfill(run, tmp / "backfill" / run / ".gemini" / "tmp")
+        b = back[key]
+        b.cases += 1
+        good = row is not None and row["state"] in ("completed", "error", "interrupted")
+        b.states_ok += good
+        b.false += len(pages)
+        if not good or pages:
+            wrong.append(f"backfill {run}: {len(pages)} page(s)")
+
+
 def _vkey(v: str):
     return [int(p) for p in re.findall(r"\d+", v)] or [-1]
 
@@ -236,6 +271,8 @@ def main(argv=None) -> int:
         t.false += pages
         if not ok or pages:
             wrong.append(f"backfill {name}: states {'right' if ok else 'wrong'}, {pages} page(s)")
+    if not args.only or re.search(args.only, "gemini_cli"):
+        gemini_runs(tmp / "gemini", live, back, wrong)
     (tmp / "real").mkdir(parents=True, exist_ok=True)
     reals = real_files(tmp / "real")
 
