@@ -218,7 +218,8 @@ def test_headline_and_resume_commands():
     assert headline("Pi", "", Status("error", error_kind="rate_limit")) == "session: Pi stopped on rate limit"
     cmds = {p: resume_command(m, "0199-ab") for p, m in PROVIDER_MODULES.items()}
     assert cmds == {"claude_code": "claude --resume 0199-ab", "codex": "codex resume 0199-ab",
-                    "copilot_cli": "copilot --resume 0199-ab", "pi": "pi --session 0199-ab"}
+                    "copilot_cli": "copilot --resume 0199-ab", "pi": "pi --session 0199-ab",
+                    "gemini_cli": "gemini --resume 0199-ab"}
     assert resume_command(PROVIDER_MODULES["codex"], "a b;rm") == "codex resume 'a b;rm'"
     assert session_link("https://box.example/agents/", "codex", "s/1") == \
         "https://box.example/agents/#session=codex/s%2F1"

@@ -51,6 +51,9 @@ from ..events import COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, STA
 
 NAME = "gemini_cli"
 LABEL = "Gemini CLI"
+#: The command that resumes a session (``gemini --resume <id>`` in the project folder: 0.61.0 matches the
+#: argument against the saved sessions' ``id``, or takes ``latest`` or an index).
+RESUME = "gemini --resume {id}"
 #: The metadata line names the session (and a subagent's kind); a file
 #: followed from its end still needs it.
 SESSION_IN_FIRST_RECORD = True
