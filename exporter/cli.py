@@ -428,7 +428,8 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     from .metrics import Metrics, SessionCollector
     from .hooks import ensure_secret
     from .persist import StateDirBusy, lock_state_dir
-    from .web import HostCheck, Limits, hooks_app, load_web_config, make_app, parse_listen_address, serve
+    from .web import (HostCheck, Limits, hooks_app, inline_wsgi, load_web_config, make_app, parse_listen_address,
+                      serve)
 
     try:
         web = load_web_config(args.web_config)
@@ -504,18 +505,19 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
     except ValueError as e:
         print(f"coding-agent-exporter: {e}", file=sys.stderr)
         return 2
-    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers,
-                   hooks=hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret,
-                                                  cfg.hooks.max_clock_skew_seconds), status=status,
-                   host_check=HostCheck(listen_host, cfg.web.allowed_hosts), routes=routes,
-                   refused=metrics.http_refused)
+    host_check = HostCheck(listen_host, cfg.web.allowed_hosts)
+    app = make_app(metrics.registry, telemetry, daemon.ready.is_set, web.users, web.headers, status=status,
+                   host_check=host_check, routes=routes, refused=metrics.http_refused)
+    hooks = hooks_app(daemon.hooks, cfg.hooks.max_body_bytes, secret, cfg.hooks.max_clock_skew_seconds, host_check,
+                      web.headers, metrics.http_refused)
     try:
         server = serve(app, args.listen, web, Limits(cfg.web.max_connections, cfg.web.header_timeout_seconds,
                                                      cfg.web.request_timeout_seconds,
                                                      cfg.web.keep_alive_timeout_seconds,
                                                      cfg.web.body_timeout_seconds,
                                                      max(cfg.hooks.max_body_bytes, cfg.alertmanager.max_body_bytes)),
-                       refused=metrics.http_refused)
+                       refused=metrics.http_refused, routes={"/hooks/": hooks, AM_PATH: None, **dict.fromkeys(
+                           (telemetry, "/-/healthy", "/-/ready"), inline_wsgi(app))})
     except OSError as e:
         hint = ""
         if e.errno == errno.EADDRINUSE:

@@ -89,6 +89,7 @@ class Daemon:
         self.start_up = StartUp(cfg, self.store, self.files, self.roots, self.checkpoint, self.evidence, alerter,
                                 self._stop, early_split)
         self._backfilled = False  # the start-up scan ran to its end
+        self._journaled: list[int] = []  # journal lines of hooks applied since the last checkpoint
 
     @property
     def history(self) -> HistoryIndex:
@@ -138,8 +139,14 @@ class Daemon:
         ttl, now = self.cfg.metrics.session_ttl_seconds, time.time()
         kept = self.evidence.kept
         acct = self.store.usage
-        return self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
-                                    (acct.version, acct.state))
+        applied, self._journaled = self._journaled, []  # every one of them is in what is saved now
+        saved = self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
+                                     (acct.version, acct.state))
+        if not saved:
+            self._journaled = applied + self._journaled
+        elif applied and self.journal is not None:
+            self.journal.done(applied)  # in the checkpoint: their journal lines may go
+        return saved
 
     # -- worker ------------------------------------------------------------
     def _run(self) -> None:
@@ -201,17 +208,13 @@ class Daemon:
 
     def _apply_hooks(self) -> bool:
         """Apply the hook deliveries received since the last round
-        (:meth:`Evidence.apply_hooks`). True when there were any."""
+        (:meth:`Evidence.apply_hooks`). True when there were any. Their
+        journal lines go with the next checkpoint (:meth:`_save_checkpoint`):
+        until then the journal is what makes a wait only a hook knows of
+        outlive a crash, so a burst of hooks costs no checkpoint each."""
         items = self.hooks.take()
-        taken = self.hooks.taken
-        saved = True
-        if self.evidence.apply_hooks(items):
-            # A wait only a hook knows of, or the end of one, outlives a
-            # restart at once (after the alerter has seen it: its page).
-            self._evaluate()
-            saved = self._save_checkpoint()
-        if taken and saved and self.journal is not None:
-            self.journal.done(taken)  # in the checkpoint (or not worth one): their journal lines may go
+        self._journaled += self.hooks.taken
+        self.evidence.apply_hooks(items)
         return bool(items)
 
     def _evaluate(self) -> None:

@@ -2,15 +2,17 @@
 
 ``state_dir/hook-journal.jsonl`` is append-only: one :func:`.hooks.to_record`
 line per delivery that means something for a session (nothing of the body
-beyond what the checkpoint keeps). An HTTP thread hands its line to
-:meth:`HookJournal.write` and waits; one writer thread gathers the lines of
-``batch_seconds`` (a few ms: an agent's hook timeout is seconds), writes them
-with one ``write`` and one ``fdatasync``, and wakes the waiters, so a burst
-of hooks costs one disk flush, not one each. Only then does the route answer
-2xx; a write that fails answers 503 (the ``hook`` command spools, Claude Code
-reports the hook failed).
+beyond what the checkpoint keeps). The HTTP server's event loop hands its
+line to :meth:`HookJournal.write_async` and awaits it (the spool's reader
+thread: :meth:`HookJournal.write`); one writer thread writes every line
+queued with one ``write`` and one ``fdatasync``, and wakes the waiters
+(group commit: the lines that arrive during a flush go together in the
+next one, so a burst of hooks costs a few disk flushes, not one each, and a
+lone hook waits for no timer). Only then does the route answer 2xx; a write
+that fails answers 503 (the ``hook`` command spools, Claude Code reports
+the hook failed).
 
-Once the reader thread has applied a delivery and saved the checkpoint
+Once the reader thread has applied a delivery and saved the next checkpoint
 (:meth:`HookJournal.done`), its line is no longer needed: when every written
 line is done the file is truncated; past :data:`REWRITE_BYTES` with lines
 still owed it is rewritten with those only. At start, the lines a kill left
@@ -37,6 +39,14 @@ REWRITE_BYTES = 4 << 20
 RECOVER_MAX_LINES = 100_000
 
 
+def _settle(futures, ok: bool) -> None:
+    """In the event loop: the futures of :meth:`HookJournal.write_async`
+    whose flush is done (a waiter that gave up has cancelled its own)."""
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(ok)
+
+
 class HookJournal:
     """The append-only hook journal of ``state_dir`` (see the module doc).
 
@@ -44,9 +54,8 @@ class HookJournal:
     and did not mark done; :meth:`done_recovered` marks them once they are
     in a checkpoint. Raises ``OSError`` when the file cannot be opened."""
 
-    def __init__(self, state_dir: Path, batch_seconds: float = 0.002):
+    def __init__(self, state_dir: Path):
         self.path = Path(state_dir) / JOURNAL_FILE
-        self.batch_seconds = batch_seconds
         self.recovered: list[dict] = []
         self._pending: dict[int, bytes] = {}  # written, not yet done: seq -> line
         self._seq = 0
@@ -60,6 +69,8 @@ class HookJournal:
         self._queue: list[tuple[int, bytes]] = []
         self._durable = self._seq
         self._failed: set[int] = set()
+        #: Lines whose writer awaits them in an event loop: seq -> (loop, future).
+        self._async: dict[int, tuple] = {}
         self._closed = False
         #: Flushes done and lines written (the bench reads them).
         self.flushes = self.lines = 0
@@ -114,6 +125,26 @@ class HookJournal:
                 return 0
         return seq
 
+    def write_async(self, record: dict):
+        """Append ``record`` from an asyncio event loop without blocking it:
+        returns ``(seq, future)``, the future (of the running loop) done with
+        True once the line is on disk, False when it could not be written;
+        ``(0, None)`` when the journal is closed. The writer thread settles
+        every future of one flush with one ``call_soon_threadsafe`` per loop."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        line = orjson.dumps(record) + b"\n"
+        with self._cond:
+            if self._closed:
+                return 0, None
+            self._seq += 1
+            fut = loop.create_future()
+            self._async[self._seq] = (loop, fut)
+            self._queue.append((self._seq, line))
+            self._cond.notify_all()
+            return self._seq, fut
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -121,7 +152,6 @@ class HookJournal:
                     self._cond.wait()
                 if self._closed and not self._queue:
                     return
-            time.sleep(self.batch_seconds)  # the rest of a burst joins this flush
             with self._cond:
                 batch, self._queue = self._queue, []
             with self._io:
@@ -143,9 +173,18 @@ class HookJournal:
                         self.flushes += 1
                         self.lines += len(batch)
                     else:
-                        self._failed.update(seq for seq, _ in batch)
+                        self._failed.update(seq for seq, _ in batch if seq not in self._async)
                     self._durable = batch[-1][0]
+                    waiters = [self._async.pop(seq) for seq, _ in batch if seq in self._async]
                     self._cond.notify_all()
+                loops: dict = {}
+                for loop, fut in waiters:
+                    loops.setdefault(loop, []).append(fut)
+                for loop, futs in loops.items():
+                    try:
+                        loop.call_soon_threadsafe(_settle, futs, ok)
+                    except RuntimeError:  # that loop is closed: nobody waits any more
+                        pass
 
     def flush(self, timeout: float = 5.0) -> None:
         """Wait until every line written so far is on disk (or ``timeout``)."""

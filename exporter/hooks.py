@@ -216,6 +216,46 @@ class HookInbox:
         ``coding_agent_hook_errors_total``; ``unsaved``: the journal could
         not be written). ``wait`` False: the journal line is queued, not
         waited for (the spool, which waits once for all: :meth:`take_spool`)."""
+        d = self._admit(provider, body, received_at)
+        if isinstance(d, str):
+            return d
+        seq = 0
+        if self.journal is not None and d.event is not None:  # on disk before the 2xx (hookjournal.py)
+            seq = self.journal.write(to_record(d), wait=wait)
+            if not seq:
+                self.metrics.hook_errors.labels("unsaved").inc()
+                return "unsaved"
+        self._queue(d, seq)
+        return None
+
+    async def receive_async(self, provider: str, body: bytes, received_at: float | None = None,
+                            timeout: float = 5.0) -> str | None:
+        """:meth:`receive` for the HTTP server's event loop: the same checks
+        and answer, but the wait for the journal's flush (at most ``timeout``
+        seconds) holds no thread; every body of one flush is answered by one
+        wake-up of the loop (:meth:`.hookjournal.HookJournal.write_async`)."""
+        import asyncio
+
+        d = self._admit(provider, body, received_at)
+        if isinstance(d, str):
+            return d
+        seq = 0
+        if self.journal is not None and d.event is not None:
+            seq, fut = self.journal.write_async(to_record(d))
+            ok = False
+            if fut is not None:
+                try:
+                    ok = await asyncio.wait_for(fut, timeout)
+                except TimeoutError:
+                    pass
+            if not ok:
+                self.metrics.hook_errors.labels("unsaved").inc()
+                return "unsaved"
+        self._queue(d, seq)
+        return None
+
+    def _admit(self, provider: str, body: bytes, received_at: float | None) -> HookDelivery | str:
+        """The delivery of one body, or the reason it is refused (counted)."""
         from .metrics import HOOK_EVENTS  # here: the hook command never loads prometheus-client
 
         now = time.time()
@@ -231,17 +271,13 @@ class HookInbox:
             if len(self._items) >= INBOX_MAX:
                 self.metrics.hook_errors.labels("too_large").inc()
                 return "too_large"
-        seq = 0
-        if self.journal is not None and d.event is not None:  # on disk before the 2xx (hookjournal.py)
-            seq = self.journal.write(to_record(d), wait=wait)
-            if not seq:
-                self.metrics.hook_errors.labels("unsaved").inc()
-                return "unsaved"
+        return d
+
+    def _queue(self, d: HookDelivery, seq: int) -> None:
         with self._lock:
             self._items.append(d)
             self._seqs.append(seq)
         self._wake()
-        return None
 
     def take(self) -> list[HookDelivery]:
         """Every queued delivery, oldest first."""

@@ -294,89 +294,169 @@ def auth_gate(app, users: dict[str, bytes], headers: dict | None = None):
 _DRAIN_MAX_BYTES = 64 << 20
 
 
-def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: float = 30.0):
-    """WSGI app for ``POST /hooks/<provider>``: the body is the hook's JSON
-    exactly as the agent sends it, with ``Content-Type: application/json``
-    and, when ``secret`` is set, the secret in the ``X-Coding-Agent-Hook-Token``
-    header (:data:`.hooks.TOKEN_HEADER`). Replies at once (the reader thread
-    applies it): 200 with an empty body when taken, only once it is on
-    disk (:mod:`.hookjournal`; Claude Code reads an empty 2xx reply as
-    success with no decision), 503 when it cannot be saved, 400 for a body that is not
-    a hook event, 401 without the secret, 404 for an unknown agent, 405 for
-    another method, 413 past ``max_body_bytes`` (not read), 415 for another
-    content type (a browser's ``no-cors`` request can only send
-    ``text/plain`` and form types), 429 when the inbox is full. A time
-    header (``X-Coding-Agent-Hook-Time``, Unix seconds) more than
-    ``max_skew`` seconds from now is ignored (received now). Every
-    refusal is counted on ``coding_agent_hook_errors_total``; never a 5xx."""
+def hooks_app(inbox, max_body_bytes: int, secret: str | None = None, max_skew: float = 30.0,
+              host_check: "HostCheck | None" = None, headers: dict | None = None, refused=None):
+    """ASGI app for ``POST /hooks/<provider>``, run in the server's event
+    loop (:func:`serve` routes ``/hooks/`` to it, inside basic auth and
+    :func:`whole_bodies`): the body is the hook's JSON exactly as the agent
+    sends it, with ``Content-Type: application/json`` and, when ``secret``
+    is set, the secret in the ``X-Coding-Agent-Hook-Token`` header
+    (:data:`.hooks.TOKEN_HEADER`). It answers 200 with an empty body when
+    taken, only once it is on disk (:mod:`.hookjournal`; Claude Code reads an
+    empty 2xx reply as success with no decision): the request waits for the
+    journal's flush without holding a thread, and the reader thread applies
+    it. 503 when it cannot be saved, 400 for a body that is not a hook event,
+    401 without the secret, 404 for an unknown agent, 405 for another method,
+    413 past ``max_body_bytes``, 415 for another content type (a browser's
+    ``no-cors`` request can only send ``text/plain`` and form types), 429
+    when the inbox is full. A time header (``X-Coding-Agent-Hook-Time``,
+    Unix seconds) more than ``max_skew`` seconds from now is ignored
+    (received now). Every refusal is counted on
+    ``coding_agent_hook_errors_total``; never a 5xx but the 503. Before
+    that, as on every route (:func:`make_app`): ``host_check`` (421 for a
+    ``Host`` not allowed, 403 for a foreign ``Origin``, counted on
+    ``refused`` by reason); ``headers`` go on every reply
+    (``http_server_config.headers``)."""
     from .hooks import TIME_HEADER, TOKEN_HEADER
     from .providers import PROVIDER_MODULES
 
-    time_key = "HTTP_" + TIME_HEADER.upper().replace("-", "_")
-    token_key = "HTTP_" + TOKEN_HEADER.upper().replace("-", "_")
+    time_key, token_key = TIME_HEADER.lower().encode(), TOKEN_HEADER.lower().encode()
     want = secret.encode() if secret else None
+    check = host_check or HostCheck()
+    extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     warned = [0.0]
 
-    def reply(start_response, status: str, text: bytes = b""):
-        start_response(status, [("Content-Type", "text/plain"), ("Content-Length", str(len(text)))])
-        return [text]
+    async def reply(send, status: int, text: bytes = b"", reason: str | None = None):
+        if reason is not None and refused is not None:
+            refused.labels(reason).inc()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"text/plain"), (b"content-length", str(len(text)).encode())]
+                    + extra})
+        await send({"type": "http.response.body", "body": text})
 
-    def app(environ, start_response):
-        provider = environ.get("PATH_INFO", "")[len("/hooks/"):]
+    async def app(scope, receive, send):
+        head: dict[bytes, str] = {}
+        for k, v in scope.get("headers", ()):  # repeated headers joined with "," (as WSGI environ has them)
+            v = v.decode("latin-1")
+            head[k] = head[k] + "," + v if k in head else v
+        parts, kept, more = [], 0, True
+        while more:  # whole already (whole_bodies): one message
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            if kept <= max_body_bytes and chunk:
+                parts.append(chunk[:max_body_bytes + 1 - kept])
+                kept += len(parts[-1])
+            more = message.get("more_body", False)
+        host = head.get(b"host")
+        if not check.host_ok(host):
+            return await reply(send, 421, b"Host not allowed (web.allowed_hosts)\n", "host")
+        if not check.origin_ok(head.get(b"origin"), scope.get("scheme", "http"), host):
+            return await reply(send, 403, b"cross-origin request refused\n", "origin")
+        provider = scope.get("path", "")[len("/hooks/"):]
         if not hasattr(PROVIDER_MODULES.get(provider), "project_hook"):  # no such agent, or no hooks (Pi)
             inbox.metrics.hook_errors.labels("unknown_agent").inc()
-            return reply(start_response, "404 Not Found", b"unknown agent\n")
-        if environ.get("REQUEST_METHOD") != "POST":
-            return reply(start_response, "405 Method Not Allowed", b"POST a hook event\n")
-        if want is not None and not hmac.compare_digest(environ.get(token_key, "").encode("latin-1", "replace"), want):
+            return await reply(send, 404, b"unknown agent\n")
+        if scope.get("method") != "POST":
+            return await reply(send, 405, b"POST a hook event\n")
+        if want is not None and not hmac.compare_digest(head.get(token_key, "").encode("latin-1", "replace"), want):
             inbox.metrics.hook_errors.labels("unauthorized").inc()
             now = time.monotonic()
             if now - warned[0] > 60:  # once a minute: a hook set up for another state_dir keeps trying
                 warned[0] = now
                 log.warning("hook delivery refused: no or wrong %s (hooks set up before the state_dir's "
                             "hook-secret changed? run `coding-agent-exporter hooks install` again)", TOKEN_HEADER)
-            return reply(start_response, "401 Unauthorized", b"hook secret missing or wrong\n")
-        ctype = (environ.get("CONTENT_TYPE") or "").split(";")[0].strip().lower()
+            return await reply(send, 401, b"hook secret missing or wrong\n")
+        ctype = head.get(b"content-type", "").split(";")[0].strip().lower()
         if ctype != "application/json":
             inbox.metrics.hook_errors.labels("not_json_content_type").inc()
-            return reply(start_response, "415 Unsupported Media Type", b"send Content-Type: application/json\n")
-        chunked = not environ.get("CONTENT_LENGTH") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
-        if chunked:  # no length given: read up to the limit (the server has decoded the chunks)
-            body = environ["wsgi.input"].read(max_body_bytes + 1)
-            length = len(body)
-        else:
-            try:
-                length = int(environ.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                length = -1
-        if length < 0:
+            return await reply(send, 415, b"send Content-Type: application/json\n")
+        declared = head.get(b"content-length")
+        if declared is not None and not declared.isdigit():
             inbox.metrics.hook_errors.labels("invalid_json").inc()
-            return reply(start_response, "400 Bad Request", b"bad Content-Length\n")
-        if length > max_body_bytes:
+            return await reply(send, 400, b"bad Content-Length\n")
+        if (int(declared) if declared is not None else kept) > max_body_bytes:
             inbox.metrics.hook_errors.labels("too_large").inc()
-            if not chunked and 0 < length <= _DRAIN_MAX_BYTES:  # read and drop it: the client sees the 413
-                stream = environ["wsgi.input"]
-                while length > 0 and (chunk := stream.read(min(length, 1 << 16))):
-                    length -= len(chunk)
-            return reply(start_response, "413 Content Too Large", b"hook body too large\n")
-        if not chunked:
-            body = environ["wsgi.input"].read(length) if length else b""
+            return await reply(send, 413, b"hook body too large\n")
         try:
-            at = float(environ.get(time_key) or "nan")
+            at = float(head.get(time_key) or "nan")
         except ValueError:
             at = float("nan")
         if not abs(at - time.time()) <= max_skew:  # NaN included
             at = None
-        error = inbox.receive(provider, body, at)
+        error = await inbox.receive_async(provider, b"".join(parts), at)
         if error is None:
-            return reply(start_response, "200 OK")
+            return await reply(send, 200)
         if error == "too_large":
-            return reply(start_response, "429 Too Many Requests", b"busy\n")
+            return await reply(send, 429, b"busy\n")
         if error == "unsaved":
-            return reply(start_response, "503 Service Unavailable", b"cannot save the hook event\n")
-        return reply(start_response, "400 Bad Request", f"not a hook event: {error}\n".encode())
+            return await reply(send, 503, b"cannot save the hook event\n")
+        return await reply(send, 400, f"not a hook event: {error}\n".encode())
 
     return app
+
+
+def asgi_routes(routes: dict, app):
+    """ASGI dispatch by path, as :func:`make_app` routes: a key ending in
+    ``/`` takes every path under it (the longest first), any other key that
+    path only (before any prefix). A value is an ASGI app, or None for
+    ``app`` (a path under a prefix that stays with the WSGI routes); every
+    other request goes to ``app``."""
+    exact = {k: v for k, v in routes.items() if not k.endswith("/")}
+    prefixes = sorted(((k, v) for k, v in routes.items() if k.endswith("/")), key=lambda kv: -len(kv[0]))
+
+    async def dispatch(scope, receive, send):
+        if scope["type"] == "http":
+            path = scope.get("path", "")
+            route = exact[path] if path in exact else next((v for k, v in prefixes if path.startswith(k)), app)
+            return await (route or app)(scope, receive, send)
+        return await app(scope, receive, send)
+
+    return dispatch
+
+
+def inline_wsgi(app):
+    """An ASGI app that runs the WSGI ``app`` in the event loop itself, for
+    routes that answer from memory in a few milliseconds (``/metrics``, the
+    health checks). A thread of the pool costs two hand-offs a request (the
+    loop wakes a worker, the worker wakes the loop to send), and on two busy
+    cores each wake-up waits for the scheduler: that, not the render, was
+    most of a scrape's time. The body (already whole: :func:`whole_bodies`)
+    is the app's ``wsgi.input``; what the app returns is sent in one piece; an
+    exception is logged and answered 500, as a2wsgi does."""
+    import io
+
+    from a2wsgi.wsgi import build_environ
+
+    async def run(scope, receive, send):
+        parts, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            parts.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        head, chunks = [], []
+
+        def start_response(status, headers, exc_info=None):
+            head[:] = [int(status.split(" ", 1)[0]),
+                       [(k.strip().encode("latin-1").lower(), v.strip().encode("latin-1")) for k, v in headers]]
+            return chunks.append
+
+        try:
+            body = app(build_environ(scope, io.BytesIO(b"".join(parts))), start_response)
+            try:
+                chunks.extend(body)
+            finally:
+                getattr(body, "close", lambda: None)()
+        except Exception:
+            log.exception("error answering %s", scope.get("path"))
+            head[:], chunks[:] = [500, [(b"content-type", b"text/plain")]], [b"Internal Server Error\n"]
+        await send({"type": "http.response.start", "status": head[0], "headers": head[1]})
+        await send({"type": "http.response.body", "body": b"".join(chunks)})
+
+    return run
 
 
 def _host_name(value: str) -> str:
@@ -453,11 +533,11 @@ def _head_as_get(inner):
     return app
 
 
-def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hooks=None, status=None,
+def make_app(registry, telemetry_path: str, ready, users=None, headers=None, status=None,
              host_check: HostCheck | None = None, routes: dict | None = None, refused=None):
     """The WSGI application. ``ready()`` tells whether the first scan is done;
-    ``headers`` are added to every response; ``hooks`` is the WSGI app of
-    the hook routes (:func:`hooks_app`), or None; ``status`` the WSGI app of
+    ``headers`` are added to every response (the hook routes are ASGI,
+    :func:`hooks_app`, given to :func:`serve`); ``status`` the WSGI app of
     ``/`` and ``/api/v1/*`` (:func:`.statuspage.status_app`), or None for a
     plain landing page. ``routes`` adds WSGI apps by path: a key ending in
     ``/`` takes every path under it, any other key that path only.
@@ -489,8 +569,6 @@ def make_app(registry, telemetry_path: str, ready, users=None, headers=None, hoo
 
     table = {telemetry_path: metrics_app, "/-/healthy": text("200 OK", b"Healthy\n"), "/-/ready": ready_app,
              "/": status or text("200 OK", landing, "text/html; charset=utf-8")}
-    if hooks is not None:
-        table["/hooks/"] = hooks
     if status is not None:
         table["/api/"] = status
     table.update(routes or {})
@@ -763,7 +841,8 @@ def parse_listen_address(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refused=None) -> Server:
+def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refused=None,
+          routes: dict | None = None) -> Server:
     """Start serving the WSGI ``app`` in a daemon thread; returns the
     :class:`Server`. Raises ``OSError`` when the address is taken.
 
@@ -775,7 +854,10 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refus
     event loop: a silent client blocks nobody) come with it; the TLS context
     is ours (:func:`load_web_config`: client certificates, versions).
     Bodies are read whole in the event loop before a thread runs the app
-    (:func:`whole_bodies`); ``refused`` counts its refusals."""
+    (:func:`whole_bodies`); ``refused`` counts its refusals. ``routes``:
+    ASGI apps by path prefix (:func:`asgi_routes`) run in the event loop
+    itself, after basic auth and :func:`whole_bodies` (the hooks:
+    :func:`hooks_app`)."""
     import socket
 
     import uvicorn
@@ -794,8 +876,10 @@ def serve(app, address: str, web: WebConfig, limits: Limits | None = None, refus
         raise
     sock.setblocking(False)
     cap = connection_cap(limits.max_connections)
-    gated, _auth = auth_gate(whole_bodies(WSGIMiddleware(app, workers=APP_THREADS), limits, refused), web.users,
-                               web.headers)
+    inner = WSGIMiddleware(app, workers=APP_THREADS)
+    if routes:
+        inner = asgi_routes(routes, inner)
+    gated, _auth = auth_gate(whole_bodies(inner, limits, refused), web.users, web.headers)
     config = uvicorn.Config(gated, http=_protocol_class(limits, cap),
                             lifespan="off", log_config=None, access_log=False, backlog=ACCEPT_BATCH,
                             timeout_keep_alive=limits.keep_alive_timeout or 0.001, server_header=False, date_header=False, interface="asgi3", ws="none",

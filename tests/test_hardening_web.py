@@ -280,7 +280,7 @@ def test_hook_memory_is_bounded_and_a_delivery_made_twice_applies_once(tmp_path)
 def test_a_hook_time_header_cannot_backdate_an_event(tmp_path):
     """``X-Coding-Agent-Hook-Time`` further than hooks.max_clock_skew_seconds
     from now is ignored: the event counts as received now."""
-    import io
+    import asyncio
 
     from coding_agent_exporter.web import hooks_app
 
@@ -289,14 +289,24 @@ def test_a_hook_time_header_cannot_backdate_an_event(tmp_path):
     class Inbox:
         metrics = None
 
-        def receive(self, provider, body, at):
+        async def receive_async(self, provider, body, at):
             got.append(at)
 
     app = hooks_app(Inbox(), 1 << 20, None, max_skew=30)
+
+    async def post(at: float):
+        async def receive():
+            return {"type": "http.request", "body": b"{}", "more_body": False}
+
+        async def send(message):
+            pass
+
+        scope = {"type": "http", "method": "POST", "path": "/hooks/claude_code", "scheme": "http",
+                 "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                             (b"content-length", b"2"), (b"x-coding-agent-hook-time", repr(at).encode())]}
+        await app(scope, receive, send)
+
     for offset in (-86400 * 300, -3600, -10, 0, 20, 86400):
-        at = time.time() + offset
-        environ = {"PATH_INFO": "/hooks/claude_code", "REQUEST_METHOD": "POST", "CONTENT_TYPE": "application/json",
-                   "CONTENT_LENGTH": "2", "wsgi.input": io.BytesIO(b"{}"), "HTTP_X_CODING_AGENT_HOOK_TIME": repr(at)}
-        app(environ, lambda *a: None)
+        asyncio.run(post(time.time() + offset))
     assert got[:2] == [None, None] and got[-1] is None
     assert all(g is not None for g in got[2:5])
