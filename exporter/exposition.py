@@ -28,10 +28,13 @@ import gzip
 from math import copysign
 from urllib.parse import parse_qs
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import exposition as _exp
+from prometheus_client import metrics as _metrics
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as _om
 from prometheus_client.utils import floatToGoString
+from prometheus_client.values import MutexValue
 
 #: Cached prefixes and values kept at most (session series come and go:
 #: the caches are emptied when they grow past this, about 200 B an entry).
@@ -90,43 +93,74 @@ class Exposition:
             values.clear()
         out = []
         append = out.append
-        for metric in self.registry.collect():
-            samples = metric.samples
-            name = metric.name
-            if any(s.timestamp is not None or s.exemplar or s.native_histogram
-                   or (not om and s.name.startswith(name) and s.name[len(name):] in _OM_SUFFIXES)
-                   for s in samples):
-                text = encoder(_One(metric)).decode("utf-8")
-                append(text[: -len(_EOF)] if om and text.endswith(_EOF) else text)
+
+        def value(v) -> str:
+            if v == 0 and copysign(1.0, v) > 0:
+                return "0.0\n"
+            text = values.get(v) if v else None  # (0.0 and -0.0 are one key; NaN is none)
+            if text is None:
+                text = floatToGoString(v) + "\n"
+                if v == v:
+                    values[v] = text
+            return text
+
+        for collector in _collectors(self.registry):
+            rows = _children(collector)
+            if rows is not None:  # one of the library's own metrics: its children read directly
+                metric = collector.describe()[0]
+                name = metric.name
+                hk = (key, name, metric.type, metric.unit, metric.documentation)
+                head = heads.get(hk)
+                if head is None:
+                    head = heads[hk] = self._line(encoder, om, Metric(name, metric.documentation, metric.type,
+                                                                      metric.unit), None)
+                append(head)
+                labelnames = collector._labelnames
+                for labelvalues, sname, extra, v in rows:
+                    pk = (key, sname, labelvalues, extra)
+                    prefix = prefixes.get(pk)
+                    if prefix is None:
+                        one = Metric(name, metric.documentation, metric.type, metric.unit)
+                        one.add_sample(sname, {**dict(zip(labelnames, labelvalues)), **dict(extra)}, 0.0)
+                        line = self._line(encoder, om, one, head)
+                        prefix = prefixes[pk] = line[: line.rindex(" ") + 1]
+                    append(prefix)
+                    append(value(v))
                 continue
-            hk = (key, name, metric.type, metric.unit, metric.documentation)
-            head = heads.get(hk)
-            if head is None:
-                head = heads[hk] = self._line(encoder, om, Metric(name, metric.documentation, metric.type,
-                                                                  metric.unit), None)
-            append(head)
-            for s in samples:
-                pk = (key, name, s.name, tuple(s.labels.items()))
-                prefix = prefixes.get(pk)
-                if prefix is None:
-                    one = Metric(name, metric.documentation, metric.type, metric.unit)
-                    one.add_sample(s.name, s.labels, 0.0)
-                    line = self._line(encoder, om, one, head)
-                    prefix = prefixes[pk] = line[: line.rindex(" ") + 1]
-                append(prefix)
-                v = s.value
-                if v == 0 and copysign(1.0, v) > 0:
-                    text = "0.0\n"
-                else:
-                    text = values.get(v) if v else None  # (0.0 and -0.0 are one key; NaN is none)
-                if text is None:
-                    text = floatToGoString(v) + "\n"
-                    if v == v:
-                        values[v] = text
-                append(text)
+            for metric in collector.collect():
+                self._metric(metric, encoder, key, om, append, value)
         if om:
             append(_EOF)
         return "".join(out).encode("utf-8")
+
+    def _metric(self, metric, encoder, key, om: bool, append, value) -> None:
+        """Append the lines of one collected ``metric`` (from cached prefixes
+        where it can; else the library's encoder for it alone)."""
+        samples = metric.samples
+        name = metric.name
+        if any(s.timestamp is not None or s.exemplar or s.native_histogram
+               or (not om and s.name.startswith(name) and s.name[len(name):] in _OM_SUFFIXES)
+               for s in samples):
+            text = encoder(_One(metric)).decode("utf-8")
+            append(text[: -len(_EOF)] if om and text.endswith(_EOF) else text)
+            return
+        heads, prefixes = self._heads, self._prefixes
+        hk = (key, name, metric.type, metric.unit, metric.documentation)
+        head = heads.get(hk)
+        if head is None:
+            head = heads[hk] = self._line(encoder, om, Metric(name, metric.documentation, metric.type,
+                                                              metric.unit), None)
+        append(head)
+        for s in samples:
+            pk = (key, name, s.name, tuple(s.labels.items()))
+            prefix = prefixes.get(pk)
+            if prefix is None:
+                one = Metric(name, metric.documentation, metric.type, metric.unit)
+                one.add_sample(s.name, s.labels, 0.0)
+                line = self._line(encoder, om, one, head)
+                prefix = prefixes[pk] = line[: line.rindex(" ") + 1]
+            append(prefix)
+            append(value(s.value))
 
     @staticmethod
     def _line(encoder, om: bool, metric, head: str | None) -> str:
@@ -136,6 +170,69 @@ class Exposition:
         if om and text.endswith(_EOF):
             text = text[: -len(_EOF)]
         return text[len(head):] if head is not None else text
+
+
+def _collectors(registry) -> list:
+    """The collectors of ``registry`` in its own order (what its
+    ``collect()`` walks), or ``[registry]`` for anything but a plain
+    ``CollectorRegistry`` without target info."""
+    if type(registry) is not CollectorRegistry or getattr(registry, "_target_info", None) \
+            or not hasattr(registry, "_collector_to_names"):
+        return [registry]
+    with registry._lock:
+        return list(registry._collector_to_names)
+
+
+_SAMPLE_SUFFIX = {Counter: "_total", Gauge: ""}
+_LE: dict[float, str] = {}
+
+
+def _children(metric) -> list | None:
+    """The samples of one of the library's own ``Counter``, ``Gauge`` or
+    ``Histogram`` (single process, no exemplar, no ``_created`` series, no
+    ``set_function``) read from its children without building ``Sample``
+    tuples: ``[(label values, sample name, extra labels, value)]`` in the
+    order its ``collect()`` gives them. None for anything else (the metric
+    goes through ``collect()``). ``collect()`` spends about 8 µs a child
+    making two tuples and a dict per sample; this reads the same values (the
+    library's private attributes, checked here and by tests/test_exposition.py
+    against the library's own output) in about 1 µs."""
+    kind = type(metric)
+    if kind not in (Counter, Gauge, Histogram) or _metrics._use_created:
+        return None
+    try:
+        if metric._labelnames:
+            with metric._lock:
+                kids = list(metric._metrics.items())
+        else:
+            kids = [((), metric)]
+        name, rows = metric._name, []
+        if kind is Histogram:
+            for lv, child in kids:
+                bounds, acc = child._upper_bounds, 0.0
+                for bound, bucket in zip(bounds, child._buckets):
+                    if type(bucket) is not MutexValue or bucket._exemplar is not None:
+                        return None
+                    acc += bucket._value
+                    le = _LE.get(bound)
+                    if le is None:
+                        le = _LE[bound] = floatToGoString(bound)
+                    rows.append((lv, name + "_bucket", (("le", le),), acc))
+                rows.append((lv, name + "_count", (), acc))
+                if bounds[0] >= 0:
+                    if type(child._sum) is not MutexValue:
+                        return None
+                    rows.append((lv, name + "_sum", (), child._sum._value))
+            return rows
+        sname = name + _SAMPLE_SUFFIX[kind]
+        for lv, child in kids:
+            v = child._value
+            if type(v) is not MutexValue or v._exemplar is not None or "_child_samples" in vars(child):
+                return None
+            rows.append((lv, sname, (), v._value))
+        return rows
+    except AttributeError:  # another release of the library: its own collect()
+        return None
 
 
 def wsgi_app(registry):

@@ -76,6 +76,14 @@ def test_same_bytes_as_the_library_as_values_change(tmp_path):
     _same(ex, m.registry)
     store.sessions.clear()
     _same(ex, m.registry)
+    # children read directly (exposition._children) or, where that would not be the library's, collected:
+    # an exemplar, a gauge with a function, a metric without labels, a histogram's first observation
+    from prometheus_client import Counter, Histogram
+    Counter("coding_agent_test_plain", "No labels.", registry=m.registry).inc(3)
+    Gauge("coding_agent_test_fn", "A function.", registry=m.registry).set_function(lambda: 2.5)
+    Counter("coding_agent_test_ex", "Exemplar.", ["k"], registry=m.registry).labels("a").inc(1, {"trace_id": "x1"})
+    Histogram("coding_agent_test_h", "Buckets.", ["k"], buckets=(0.5, 2, 7.25), registry=m.registry).labels("b").observe(1)
+    _same(ex, m.registry)
 
 
 def test_wsgi_app_negotiates_as_the_library(tmp_path):
