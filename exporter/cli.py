@@ -441,6 +441,9 @@ def _serve(args, cfg, stop: threading.Event, early) -> int:
         print(f"coding-agent-exporter: --web.telemetry-path {telemetry}: taken by the status page, the API, "
               "the hooks or the health checks; choose another path", file=sys.stderr)
         return 2
+    from .usage import Prices
+
+    Prices.isolate = True  # genai-prices is imported by a child process, never held by the daemon
     metrics = Metrics()
     machine = cfg.resolved_machine()
     metrics.set_machine(machine)

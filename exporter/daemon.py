@@ -164,6 +164,14 @@ class Daemon:
             if self._save_checkpoint(force=True) and self.journal is not None:
                 self.journal.done_recovered()  # the last run's journaled hooks are in the checkpoint now
         self.ready.set()
+        try:  # the prices of the models read (genai-prices: ~0.4 s), here, not in the first scrape
+            prices = self.store.usage.prices
+            prices.prefetch({key[0] for s in list(self.store.sessions.values()) for key in s.usage.tokens}
+                            | {key[1] for key in list(self.store.usage.counted)})
+            prices.save()
+            self.store.snapshot()
+        except Exception:  # pragma: no cover - a scrape would say it
+            log.debug("snapshot after start-up failed", exc_info=True)
         if self.watcher and not self._stop.is_set():
             self.watcher.ensure()
             try:

@@ -51,6 +51,7 @@ import bisect
 import json
 import logging
 import os
+import sys
 import threading
 
 log = logging.getLogger(__name__)
@@ -365,6 +366,11 @@ class Prices:
     a model's rates are known; the first ask for a model not in the cache
     imports the library (about a second, once per process)."""
 
+    #: Resolve rates in a child process while the library is not imported
+    #: here (the daemon: genai-prices and its data hold about 25 MB for good
+    #: once imported; a one-shot command imports it in process).
+    isolate = False
+
     def __init__(self, overrides: dict | None = None, cache_path: str | None = None) -> None:
         self.overrides = overrides or {}
         self.cache_path = cache_path
@@ -434,6 +440,25 @@ class Prices:
         h1 = vals[5]
         return vals[0] * r[0] + vals[1] * r[1] + vals[2] * r[2] + (vals[3] - h1) * r[3] + h1 * r[4]
 
+    def prefetch(self, models) -> None:
+        """Resolve the rates of ``models`` not known yet at once (with
+        :attr:`isolate`: in one child process for all of them)."""
+        with self._lock:
+            want = sorted({m for m in models if m not in self._rates and m not in self.overrides})
+            if not want:
+                return
+            if self.isolate and "genai_prices" not in sys.modules:
+                try:
+                    got = _from_child(want)
+                except Exception as e:  # priced one by one at first use instead
+                    log.warning("prices not resolved in a child process: %s", e)
+                    return
+                self._rates.update((m, got.get(m)) for m in want)
+                self._dirty = True
+                return
+        for m in want:
+            self.rates(m)
+
     def _resolve(self, model: str):
         own = self.overrides.get(model)
         if own is not None:
@@ -443,10 +468,32 @@ class Prices:
             row = [i / 1e6, o / 1e6, cr / 1e6, cw / 1e6, cw / 1e6]
             return [row] * (len(EDGES) + 1)
         try:
+            if self.isolate and "genai_prices" not in sys.modules:
+                return _from_child([model]).get(model)
             return _from_library(model)
         except Exception as e:  # a library fault is no cost, never a crash
             log.warning("no price for model %r: %s", model, e)
             return None
+
+
+_CHILD = ("import importlib, json, sys; m = importlib.import_module(sys.argv[1]); "
+          "print(json.dumps({k: m._from_library(k) for k in sys.argv[2:]}))")
+
+
+def _from_child(models: list[str], timeout: float = 60.0) -> dict:
+    """``{model: _from_library(model)}`` computed by a child interpreter
+    (this module by the same name and ``sys.path``), so that this process
+    never holds the library. Raises ``OSError``, ``subprocess`` errors or
+    ``ValueError`` when the child fails."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", _CHILD, __name__, *models], capture_output=True, timeout=timeout,
+                         env=env, check=True, stdin=subprocess.DEVNULL).stdout
+    got = json.loads(out)
+    if not isinstance(got, dict):
+        raise ValueError("not a mapping")
+    return got
 
 
 def _from_library(model: str):

@@ -388,3 +388,22 @@ def test_pinned_library_version():
 
     assert usage_mod.LIBRARY_VERSION == version(usage_mod.LIBRARY)
     assert f'"{usage_mod.LIBRARY}=={usage_mod.LIBRARY_VERSION}"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_daemon_prices_without_holding_the_library(tmp_path):
+    """``Prices.isolate`` (set by ``run``): rates come from a child process, equal
+    to the library's, and the exporter never imports genai-prices (about 25 MB
+    it would hold for good: idle RSS with 500 sessions 65 MB → 48 MB)."""
+    model = "claude-sonnet-4-5-20250929"
+    code = f"""
+import json, sys
+from coding_agent_exporter import usage
+usage.Prices.isolate = True
+p = usage.Prices(cache_path={str(tmp_path / 'price-cache.json')!r})
+p.prefetch([{model!r}, "no-such-model-xyz"])
+print(json.dumps([p.rates({model!r}), p.rates("no-such-model-xyz"), "genai_prices" in sys.modules]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    rates, none, imported = json.loads(out.stdout)
+    assert rates == usage_mod._from_library(model) and rates[0][0] > 0
+    assert none is None and imported is False
