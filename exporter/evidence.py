@@ -54,6 +54,8 @@ class Evidence:
         its transcript already told of. True when one was a wait or ended
         one: worth a checkpoint at once."""
         urgent = False
+        judged: dict = {}  # (provider, session_id, path) -> speaks_for, once a batch
+        read: set = set()  # transcripts read in this batch (a burst of one session's hooks reads it once)
         for d in items:
             if d.transcript_path is None:
                 # read what its session's files hold first: a record written before the hook
@@ -62,11 +64,17 @@ class Evidence:
                 if d.session_id is not None:
                     self.current(d.provider, d.session_id)
                 s = self.store.apply_hook(d, may_create=False)
-            elif not self.speaks_for(d):
-                self.metrics.hook_errors.labels("unknown_session").inc()
-                continue
             else:
-                self.files.read(d.transcript_path, live=True)
+                key = (d.provider, d.session_id, d.transcript_path)
+                ok = judged.get(key)
+                if ok is None:
+                    ok = judged[key] = self.speaks_for(d)
+                if not ok:
+                    self.metrics.hook_errors.labels("unknown_session").inc()
+                    continue
+                if d.transcript_path not in read:
+                    read.add(d.transcript_path)
+                    self.files.read(d.transcript_path, live=True)
                 s = self.store.apply_hook(d, may_create=True, by_file=self.files.session_of(d.transcript_path))
             if s is not None:
                 urgent = self.kept.keep(s, d) or urgent

@@ -245,7 +245,8 @@ class HookInbox:
             ok = False
             if fut is not None:
                 try:
-                    ok = await asyncio.wait_for(fut, timeout)
+                    async with asyncio.timeout(timeout):
+                        ok = await fut
                 except TimeoutError:
                     pass
             if not ok:
