@@ -13,7 +13,7 @@ values and their ratio.
 --alerts 30 --repeat 5``. Corpora are generated under ``bench/out/``
 (git-ignored) by ``bench/gen.py`` and reused while their parameters match.
 ``--only`` takes a comma list of parts: scan, history, append, hooks,
-hookflood, alerts, rss, idle (all by default).
+hookflood, alerts, rss, idlerss, idle (all by default).
 
 Every exporter here is the real process, ``python3 -m coding_agent_exporter
 run`` or ``scan``, of a source tree (:class:`Tree`): this working tree
@@ -65,6 +65,11 @@ What is measured:
    ``coding_agent_hook_events_total`` against the accepted ones (none lost),
    POST p50/p99, pages; then one real turn end must page exactly once
    (:func:`bench_hookflood`).
+9. idle RSS: ``VmRSS`` of an exporter following ``--idle-sessions``
+   sessions (``gen.many_sessions``, half Claude Code, half Codex, with token
+   usage), 10 s after ready and one scrape, from an empty ``state_dir``
+   (a first start: no price cache); per tree, twice each, alternating, the
+   lower of the two (:func:`bench_idle_rss`).
 """
 
 from __future__ import annotations
@@ -94,8 +99,8 @@ import gen  # noqa: E402
 
 #: The parts ``--only`` selects, and those ``--baseline`` also runs on the
 #: baseline tree (the others run on this tree only).
-PARTS = ("scan", "history", "append", "hooks", "hookflood", "alerts", "rss", "idle")
-BASELINE_PARTS = ("scan", "history", "append", "hooks", "hookflood")
+PARTS = ("scan", "history", "append", "hooks", "hookflood", "alerts", "rss", "idlerss", "idle")
+BASELINE_PARTS = ("scan", "history", "append", "hooks", "hookflood", "idlerss")
 FULL = {"history_size": "3GB", "size": "400MB", "sessions": 10000, "huge_line": "200MB", "idle_files": 1000, "idle_seconds": 60,
         "appends": 200, "poll_appends": 40, "alerts": 30, "repeat": 5}
 
@@ -1034,6 +1039,27 @@ def bench_rss_sessions(work: Path, n: int, tree: Tree) -> dict:
         ex.stop()
 
 
+def bench_idle_rss(work: Path, n: int, trees: list[Tree]) -> dict:
+    """(9) Idle ``VmRSS`` with ``n`` sessions, per tree label (see the module doc)."""
+    import shutil
+
+    root = work / f"idlerss-{n}"
+    meta = gen.many_sessions(root, n, seed=3)
+    rss: dict[str, list[int]] = {t.label: [] for t in trees}
+    for i in range(2):
+        for tree in ordered(trees, i):
+            ex = Exporter(root, {}, f"idlerss{i}", tree)
+            shutil.rmtree(ex.state_dir, ignore_errors=True)
+            ex.start()
+            try:
+                ex.scrape()
+                time.sleep(10)
+                rss[tree.label].append(ex.status("VmRSS"))
+            finally:
+                ex.stop()
+    return {t.label: {"sessions": n, "files": meta["files"], "rss": min(rss[t.label])} for t in trees}
+
+
 # -- (5) idle CPU --------------------------------------------------------------
 def bench_idle(work: Path, files: int, seconds: float, tree: Tree) -> dict:
     root = work / f"idle-{files}"
@@ -1121,6 +1147,10 @@ def table(r: dict, args) -> str:
         ok = "met" if m["peak_rss"] < 300e6 else f"missed by {mb(m['peak_rss'] - 300e6)}"
         rows.append((f"peak RSS, {m['sessions']} sessions ({mb(m['bytes'])})",
                      f"{mb(m['peak_rss'])} (ready in {m['ready_s']:.1f} s)", "< 300 MB", ok))
+    m = r.get("idlerss")
+    if m:
+        ok = "met" if m["rss"] <= 30e6 else f"missed by {mb(m['rss'] - 30e6)}"
+        rows.append((f"idle RSS, {m['sessions']} sessions (Irrlicht claims ~5 MB)", mb(m["rss"]), "toward 30 MB", ok))
     i = r.get("idle")
     if i:
         ok = "met" if i["cpu_pct"] < 1 else f"missed by {i['cpu_pct'] - 1:.2f} points"
@@ -1202,6 +1232,9 @@ def compare(r: dict) -> str:
             for q in ("p50", "p99"):
                 rows.append((f"{label}, {q} (n={n.get('n', n.get('sent'))})", f"{1000 * o[q]:.1f} ms",
                              f"{1000 * n[q]:.1f} ms", ratio(n[q], o[q])))
+    if "idlerss" in b:
+        n, o = r["idlerss"], b["idlerss"]
+        rows.append((f"idle RSS, {n['sessions']} sessions", mb(o["rss"]), mb(n["rss"]), ratio(n["rss"], o["rss"])))
     if "hookflood" in b:
         n, o = r["hookflood"], b["hookflood"]
         rows.append(("hook flood: achieved rate", f"{o['achieved']:.0f}/s", f"{n['achieved']:.0f}/s",
@@ -1229,6 +1262,7 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=10000, help="sessions in the memory corpus (default 10000)")
     p.add_argument("--huge-line", default="200MB", help="the single line of the memory corpus (default 200MB)")
     p.add_argument("--idle-files", type=int, default=1000, help="files followed while idle (default 1000)")
+    p.add_argument("--idle-sessions", type=int, default=500, help="sessions for the idle RSS (default 500)")
     p.add_argument("--idle-seconds", type=float, default=20, help="idle CPU window (default 20)")
     p.add_argument("--appends", type=int, default=100, help="appends with file events (default 100)")
     p.add_argument("--poll-appends", type=int, default=20, help="appends with polling only (default 20)")
@@ -1317,6 +1351,9 @@ def main(argv=None) -> int:
         log(f"peak RSS with {args.sessions} sessions …")
         results["rss_sessions"] = bench_rss_sessions(work, args.sessions, new)
         note("rss_sessions")
+    if "idlerss" in parts:
+        log(f"idle RSS with {args.idle_sessions} sessions …")
+        keep("idlerss", bench_idle_rss(work, args.idle_sessions, trees))
     if "idle" in parts:
         log(f"idle CPU with {args.idle_files} files for {args.idle_seconds:.0f} s …")
         results["idle"] = bench_idle(work, args.idle_files, args.idle_seconds, new)
