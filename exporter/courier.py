@@ -11,6 +11,7 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .message import Message
@@ -20,6 +21,7 @@ from .pager import Pager, Pending, unit_of
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Courier:
     """Delivers :class:`~.pager.Pending` pages in its own thread.
 
@@ -32,22 +34,20 @@ class Courier:
     over with :meth:`put` from any thread; ``work`` is their queue.
     """
 
-    def __init__(self, retry, metrics: Metrics, targets: list, pager: Pager, lock: threading.Lock,
-                 save: Callable[[], None], message: Message, tags_of: Callable[[Pending], frozenset]):
-        self.retry = retry
-        self.metrics = metrics
-        self.targets = targets
-        self.pager = pager
-        self.lock = lock
-        self.save = save
-        self.message = message
-        self.tags_of = tags_of
-        #: Pages waiting for the delivery thread (None: stop).
-        self.work: queue.Queue = queue.Queue()
-        #: ``(Unix seconds, kind)`` of this run's last page delivered, or None.
-        self.last_sent: tuple[float, str] | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+    retry: object
+    metrics: Metrics
+    targets: list
+    pager: Pager
+    lock: threading.Lock
+    save: Callable[[], None]
+    message: Message
+    tags_of: Callable[[Pending], frozenset]
+    #: Pages waiting for the delivery thread (None: stop).
+    work: queue.Queue = field(default_factory=queue.Queue, init=False)
+    #: ``(Unix seconds, kind)`` of this run's last page delivered, or None.
+    last_sent: tuple[float, str] | None = field(default=None, init=False)
+    _thread: threading.Thread | None = field(default=None, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
 
     def takers(self, tags: frozenset) -> list[int]:
         """Indexes of the targets that take a page with Apprise ``tags``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass, field
 from typing import Callable
 
 from . import pagetext
@@ -24,6 +25,7 @@ from .suppress import Digest, Noise, Verdict, fmt_duration, still_waiting
 log = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class Gate:
     """The checks between a due page and its delivery (run on the reader thread).
 
@@ -36,19 +38,17 @@ class Gate:
     (the digest), as :meth:`.alerts.Alerter.page`.
     """
 
-    def __init__(self, cfg: Config, metrics: Metrics, pager: Pager, lock: threading.Lock, save: Callable[[], None],
-                 noise: Noise, digest: Digest, rates: PageRate, lookup: Callable, page: Callable):
-        self.cfg = cfg
-        self.metrics = metrics
-        self.pager = pager
-        self.lock = lock
-        self.save = save
-        self.noise = noise
-        self.digest = digest
-        self.rates = rates
-        self.lookup = lookup
-        self.page = page
-        self._mutes_looked = 0.0
+    cfg: Config
+    metrics: Metrics
+    pager: Pager
+    lock: threading.Lock
+    save: Callable[[], None]
+    noise: Noise
+    digest: Digest
+    rates: PageRate
+    lookup: Callable
+    page: Callable
+    _mutes_looked: float = field(default=0.0, init=False)
 
     def project(self, s: Session) -> str:
         """The session's ``project`` label (``metrics.project_label``)."""

@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import threading
 import time
 import urllib.error
 import urllib.request
 from datetime import datetime
 
 from harness import Exporter, Receiver, claude_path, codex_path, wait_for
-from test_hardening_support import SLOW, ClaudeSession, CodexSession, write
+from test_hardening_support import SLOW, ClaudeSession, CodexSession, SessionWriter, kill9_rounds, write
 
 
 def claude(root, tail: str, project: str):
@@ -215,7 +214,7 @@ def test_a_muted_session_stays_silent_and_foreign_or_plain_text_mutes_change_not
 
 
 # -- kill -9 with held pages ------------------------------------------------------
-class PresenceWriter(threading.Thread):
+class PresenceWriter(SessionWriter):
     """Turns of both agents; after each turn end the user either comes back
     within the delay (a prompt at a third of it: "acted") or stays away long
     enough that the held page is owed whatever the kills did ("owed"; the
@@ -223,24 +222,16 @@ class PresenceWriter(threading.Thread):
     turn end as ``(end time, "acted" | "owed", next prompt time or None)``."""
 
     def __init__(self, root, n: int, seed: int, delay: float, away: float):
-        super().__init__(daemon=True)
-        self.rng, self.delay, self.away = random.Random(seed), delay, away
-        self.stop_flag = threading.Event()
-        self.sessions = []
+        super().__init__(seed)
+        self.delay, self.away = delay, away
         for i in range(n):
             make = claude if i % 2 == 0 else codex
             s, path = make(root, f"4{seed:04d}{i:04d}", f"proj{i}")
             self.sessions.append((s, path))
         self.turns: dict[str, list] = {s.sid: [] for s, _ in self.sessions}
 
-    def run(self):
-        threads = [threading.Thread(target=self._turns, args=(s, p), daemon=True) for s, p in self.sessions]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _turns(self, s, path):
+    def write_turns(self, entry):
+        s, path = entry
         rng = random.Random(self.rng.random())
         time.sleep(rng.uniform(0, 1))
         first = True
@@ -285,14 +276,7 @@ def test_kill9_loop_with_presence_delay_loses_no_held_page_and_sends_none_twice_
                                                                  "settle_seconds": settle}}).start()
     writer.start()
     try:
-        for _ in range(rounds):
-            time.sleep(rng.choice((rng.uniform(0.2, 1.0), rng.uniform(1.0, 4.0))))
-            exp.kill9()
-            time.sleep(rng.uniform(0, 3.0))
-            exp.start()
-        writer.stop_flag.set()
-        writer.join(timeout=60)
-        assert not writer.is_alive()
+        kill9_rounds(exp, writer, rounds, rng, up=(0.2, 1.0, 1.0, 4.0))
         time.sleep(delay + 5.0)  # the last held pages
         problems, owed = [], 0
         pages = list(zip(receiver.received_at, receiver.messages))

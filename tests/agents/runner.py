@@ -127,21 +127,9 @@ class Run:
             roots.update(kit.roots(self.home))
         for r in roots.values():
             r.mkdir(parents=True)
-        self.model = subprocess.Popen(
-            [sys.executable, str(HERE / "model.py")], stderr=open(self.out / "model.log", "w"),
-            env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(self.out / "requests.jsonl"),
-                 **{k: str(v) for k, v in self.scn.model_env.items()}})
-        self.receiver = Receiver()
-        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
+        self.start_stand_ins(HERE / "model.py", MODEL_PORT, merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
                                            **{a: {"paths": [str(r)]} for a, r in roots.items()}}}, self.scn.config))
-        self.exporter.start()
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", MODEL_PORT), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         url = f"http://127.0.0.1:{self.exporter.port}"
         if kit:
             kit.setup(self, MODEL_PORT)
@@ -194,6 +182,25 @@ trust_level = "trusted"
                                capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")
+
+    def start_stand_ins(self, model: Path, port: int, config: dict) -> None:
+        """The model stand-in ``model`` (a script serving 127.0.0.1:``port``, every request logged to
+        ``requests.jsonl``, the scenario's ``model_env`` in its environment), the page receiver and the
+        exporter with ``config``; returns once the exporter is ready and the model takes connections
+        (or after about 5 s: the agent's own error then says why)."""
+        self.model = subprocess.Popen(
+            [sys.executable, str(model)], stderr=open(self.out / "model.log", "w"),
+            env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(port), "FAKE_LOG": str(self.out / "requests.jsonl"),
+                 **{k: str(v) for k, v in self.scn.model_env.items()}})
+        self.receiver = Receiver()
+        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=config)
+        self.exporter.start()
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
 
     def user_settings(self):
         """The user's own Claude Code settings of the scenario (``Scenario.settings``)."""
