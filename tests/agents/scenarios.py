@@ -516,7 +516,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all() + _pi_copilot() + _g
 SECOND_LINE = frozenset({
     "claude_question_dismissed", "claude_permission_deny_no_hooks", "claude_print_429_recovers",
     "claude_exit_after_turn", "claude_clear", "claude_esc_tool_call",
-    "codex_presence_next_prompt", "codex_esc_tool_call", "codex_approval_deny",
+    "codex_esc_tool_call", "codex_approval_deny",
     "copilot_compact", "copilot_esc_streaming", "copilot_resume", "copilot_tool_call_print",
     "gemini_400", "gemini_500_persistent", "gemini_ask_user", "gemini_esc_streaming", "gemini_print_400",
     "gemini_print_text", "gemini_quit", "gemini_resume_next_minute", "gemini_text_no_hooks",
