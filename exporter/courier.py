@@ -20,6 +20,11 @@ from .pager import Pager, Pending, unit_of
 
 log = logging.getLogger(__name__)
 
+#: The last line of a page whose delivery a stop interrupted (its ledger entry
+#: said ``sending``): Apprise targets take no idempotency key, so the one
+#: page that can come twice says so.
+SENT_AGAIN = "(Sent again: the exporter stopped while sending this page, so it may have reached you already.)"
+
 
 @dataclass(eq=False)
 class Courier:
@@ -114,6 +119,8 @@ class Courier:
             title, body = self.message.text(p.session, st)
             if p.reminder:
                 title = "Reminder: " + title
+            if p.again:
+                body += "\n" + SENT_AGAIN
         if p.session is not None and not p.reminder:
             self._mark_sending(p)
         still = []
@@ -146,7 +153,8 @@ class Courier:
         self.pager.decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
                            error_kind=st.error_kind, duration_seconds=None if st.duration is None
                            else round(st.duration, 1), targets=len(self.takers(self.tags_of(p))),
-                           latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
+                           latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None,
+                           sent_again=True if p.again else None)
 
     def _mark_sending(self, p: Pending) -> None:
         """The ledger says ``sending`` for ``p`` (on disk) before its

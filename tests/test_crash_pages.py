@@ -169,3 +169,46 @@ def test_kill9_random_loop_every_turn_end_pages_once(tmp_path):
         writer.stop_flag.set()
         exp.stop()
         receiver.close()
+
+
+def test_a_page_whose_delivery_a_kill_interrupted_is_sent_again_and_says_so(tmp_path):
+    """The receiver holds the first delivery open (the ledger says
+    "sending"); kill -9; after the restart the page comes again, once, with
+    the line that says it may have reached the user already. A turn end
+    killed before its delivery began ("pending": it never went out) is
+    paged without that line."""
+    from coding_agent_exporter.courier import SENT_AGAIN
+
+    release = threading.Event()
+    held = Receiver()
+    handler = held.server.RequestHandlerClass
+    post = handler.do_POST
+
+    def slow_post(self):
+        release.wait(30)  # the delivery hangs until the exporter is gone
+        post(self)
+    handler.do_POST = slow_post
+    receiver = Receiver()
+    config = {"alerts": {"settle_seconds": 0.3}}
+    s, t = ClaudeSession("e3190000-0000-4000-8000-000000000401"), ClaudeSession("e3190000-0000-4000-8000-000000000402")
+    p, q = claude_path(tmp_path, s.sid), claude_path(tmp_path, t.sid)
+    exp = Daemon(tmp_path, receiver=held, config=config).start()
+    try:
+        write(p, s.prompt() + s.text() + s.turn_duration())
+        ledger = tmp_path / "state" / "alerts-ledger.json"
+        wait_for(lambda: ledger.exists() and '"sending"' in ledger.read_text(), what="the ledger saying sending")
+        exp.kill9()
+        release.set()
+        write(q, t.prompt() + t.text() + t.turn_duration())  # ended while down: never went out
+        exp = Daemon(tmp_path, receiver=receiver, config=config).start()
+        wait_for(lambda: alerts_for(receiver, s.sid) and alerts_for(receiver, t.sid), what="both pages")
+        time.sleep(1.5)
+        again, fresh = alerts_for(receiver, s.sid), alerts_for(receiver, t.sid)
+        assert len(again) == 1 and SENT_AGAIN in again[0]["message"], again
+        assert len(fresh) == 1 and SENT_AGAIN not in fresh[0]["message"], fresh
+        assert "sent_again=True" in exp.log()
+    finally:
+        release.set()
+        exp.stop()
+        held.close()
+        receiver.close()
