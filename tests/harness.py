@@ -251,7 +251,7 @@ class Exporter:
         self.python_args = python_args or ["-m", "coding_agent_exporter"]
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
-    def start(self, wait_ready: bool = True) -> "Exporter":
+    def start(self, wait_ready: bool = True, ready_timeout: float = 30.0) -> "Exporter":
         self.root.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = dict(os.environ)
@@ -272,7 +272,7 @@ class Exporter:
              *listen, *self.extra_args],
             cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
         if wait_ready:
-            wait_for(self.ready_check or self.ready, timeout=30, what="exporter ready")
+            wait_for(self.ready_check or self.ready, timeout=ready_timeout, what="exporter ready")
         return self
 
     def listen_url_path(self) -> Path:
@@ -347,7 +347,7 @@ class Exporter:
         return {"Content-Type": "application/json", "X-Coding-Agent-Hook-Token": self.secret()}
 
     def scrape_text(self, path: str = "/metrics") -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=20) as r:  # a busy machine can starve one scrape for seconds
             return r.read().decode()
 
     def metrics(self) -> dict:

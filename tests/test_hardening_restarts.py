@@ -376,9 +376,9 @@ def test_signal_during_large_startup_scan(tmp_path):
     assert stopped_in < 1.0, f"the start-up scan stopped {stopped_in:.2f} s after SIGTERM"
     assert took < 3, f"took {took:.1f} s to exit"
     receiver = Receiver()
-    exp = Daemon(tmp_path, receiver=receiver).start()
+    exp = Daemon(tmp_path, receiver=receiver).start(ready_timeout=90)  # ready after 240 MB, on a busy machine too
     try:
-        exp.wait_state(cc.sid, "completed", timeout=90)  # 240 MB read whole, on a busy machine too
+        exp.wait_state(cc.sid, "completed", timeout=90)
         assert exp.value("coding_agent_transcript_bytes_total") == path.stat().st_size
         time.sleep(0.5)
         assert receiver.messages == []
