@@ -20,6 +20,7 @@ from .config import Config
 from .evidence import Evidence
 from .files import FileTable, make_reader
 from .history import HistoryIndex
+from .hookjournal import RECOVER_MAX_LINES
 from .hooks import HookInbox
 from .metrics import Metrics
 from .names import OPEN_STATES
@@ -142,8 +143,8 @@ class Daemon:
         applied, self._journaled = self._journaled, []  # every one of them is in what is saved now
         saved = self.checkpoint.save(offsets, open_, kept.records(ttl, now), self.history, force, kept.version,
                                      (acct.version, acct.state))
-        if not saved:
-            self._journaled = applied + self._journaled
+        if not saved:  # (the journal holds at most RECOVER_MAX_LINES owed lines: so does this list)
+            self._journaled = (applied + self._journaled)[-RECOVER_MAX_LINES:]
         elif applied and self.journal is not None:
             self.journal.done(applied)  # in the checkpoint: their journal lines may go
         return saved

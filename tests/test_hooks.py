@@ -591,3 +591,32 @@ def test_the_hook_command_without_a_config_file_finds_the_running_exporter(tmp_p
     finally:
         exp.stop()
         receiver.close()
+
+
+def test_a_burst_of_hooks_shares_journal_flushes_and_every_one_is_on_disk(tmp_path):
+    """The event loop's hooks (``HookJournal.write_async``): 200 at once are each
+    answered only once their line is on disk, in a few group-committed flushes
+    (what arrives during a flush goes with the next), not 200; a closed
+    journal answers at once that it could not save."""
+    import asyncio
+
+    from coding_agent_exporter.hookjournal import JOURNAL_FILE, HookJournal
+
+    journal = HookJournal(tmp_path)
+
+    async def burst():
+        futures = [journal.write_async({"n": i}) for i in range(200)]
+        return [await fut for _seq, fut in futures]
+
+    try:
+        assert asyncio.run(burst()) == [True] * 200
+        lines = (tmp_path / JOURNAL_FILE).read_bytes().splitlines()
+        assert [json.loads(line)["n"] for line in lines] == list(range(200))
+        assert journal.lines == 200 and journal.flushes < 20, journal.flushes
+    finally:
+        journal.close()
+
+    async def closed():
+        return journal.write_async({"n": -1})
+
+    assert asyncio.run(closed()) == (0, None)
