@@ -130,7 +130,8 @@ def _raw(port: int, data: bytes, wait: float = 10.0) -> tuple[bytes, float]:
 
 def test_short_slow_and_chunked_bodies(tmp_path):
     """A hook body shorter than its Content-Length is dropped after
-    ``web.request_timeout_seconds``, never a 500 or a traceback; a chunked
+    ``web.request_timeout_seconds``, never a 500 or a traceback; a request
+    head past 64 KiB gets 400 at once (web.MAX_HEAD_BYTES); a chunked
     body is read like any other; 100 connections at once are all answered
     within Claude Code's 5 s hook timeout."""
     receiver = Receiver()
@@ -148,6 +149,9 @@ def test_short_slow_and_chunked_bodies(tmp_path):
         assert b" 500 " not in reply and 1.5 < took < 6, (reply, took)
         reply, took = _raw(exp.port, f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{exp.port}\r\n".encode())
         assert reply == b"" and 1.5 < took < 6  # a head that never ends: dropped after header_timeout
+        big = f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{exp.port}\r\nX-Big: {'a' * 100_000}\r\n\r\n".encode()
+        reply, took = _raw(exp.port, big)
+        assert reply.startswith(b"HTTP/1.1 400") and took < 1.5, (reply[:200], took)  # a head past 64 KiB
         body = json.dumps({"session_id": s.sid, "transcript_path": str(path), "cwd": "/home/dev/proj",
                            "hook_event_name": "PermissionRequest", "tool_name": "Bash"}).encode()
         chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 20]), body[i:i + 20]) for i in range(0, len(body), 20))
