@@ -356,6 +356,8 @@ class FileDecoder:
         self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
         self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
         self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
@@ -563,6 +565,11 @@ class FileDecoder:
         msg = obj.get("message")
         if not isinstance(msg, dict):
             msg = {}
+        u = msg.get("usage")
+        if u is not None:
+            got = usage(obj, msg, u)
+            if got is not None:
+                self.usage.append(got)
         mid = msg.get("id")
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
@@ -706,29 +713,19 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"assistant"})
-
-
-def usage(obj: dict, state: dict):
-    """The API usage an assistant record carries (see :mod:`exporter.usage`):
-    ``message.usage`` ``input_tokens``, ``output_tokens``,
-    ``cache_read_input_tokens``, ``cache_creation_input_tokens`` (its
+def usage(obj: dict, msg: dict, u):
+    """The API response of an assistant record (see :mod:`exporter.usage`;
+    ``msg`` its ``message``, ``u`` that message's ``usage``, not None):
+    ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
+    ``cache_creation_input_tokens`` (its
     ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
     keyed by ``message.id:requestId`` (every content-block line of one
-    response repeats them: counted once, as ccusage does). ``model`` gets
-    ``-fast`` for ``usage.speed: fast`` (as ccusage names it). Synthetic
-    replies (``<synthetic>``) and API-error envelopes
-    (``isApiErrorMessage``) count nothing. Claude reports no reasoning
-    tokens of their own (thinking is in ``output_tokens``)."""
-    if obj.get("type") != "assistant":
-        return None
-    msg = obj.get("message")
-    if type(msg) is not dict:
-        return None
-    u = msg.get("usage")
-    if u is None:
-        return None
+    response repeats them: counted once, as ccusage does), or ``"bad"``
+    (``usage`` is not an object), or None. ``model`` gets ``-fast`` for
+    ``usage.speed: fast`` (as ccusage names it). Synthetic replies
+    (``<synthetic>``) and API-error envelopes (``isApiErrorMessage``) count
+    nothing (None). Claude reports no reasoning tokens of their own
+    (thinking is in ``output_tokens``)."""
     model = msg.get("model")
     if model == "<synthetic>" or obj.get("isApiErrorMessage") is True:
         return None
@@ -741,6 +738,6 @@ def usage(obj: dict, state: dict):
     elif u.get("speed") == "fast":
         model += "-fast"
     cc = u.get("cache_creation")
-    h1 = (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0
-    return [(key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
-                          u.get("cache_creation_input_tokens") or 0, 0), h1)]
+    return (key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
+                         u.get("cache_creation_input_tokens") or 0, 0,
+                         (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0))

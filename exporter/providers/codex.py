@@ -193,13 +193,16 @@ class FileDecoder:
         self._review = False  # the turn's approvals go to Codex's reviewer first
         self._goal_active = False  # a /goal is active: Codex continues by itself
         self._held_turn: str | None = None  # a task_complete held for the goal (its turn id)
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
+        self._ustate: dict = {}  # usage(): the turn's model, the last token_count's totals
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
         ts = parse_timestamp(obj.get("timestamp"))
         payload = obj.get("payload")
         if isinstance(payload, dict):
-            ev = self._envelope(obj.get("type"), payload, ts)
+            ev = self._envelope(obj, payload, ts)
         elif "payload" in obj:
             ev = Event(META, ts=ts)
         else:
@@ -295,8 +298,8 @@ class FileDecoder:
         return Event(SESSION, ts=ts, session_id=sid if isinstance(sid, str) else None,
                      cwd=cwd if isinstance(cwd, str) else None, subagent=sub, parent_id=parent)
 
-    def _envelope(self, rtype, payload: dict, ts: float | None) -> Event:
-        ptype = payload.get("type")
+    def _envelope(self, obj: dict, payload: dict, ts: float | None) -> Event:
+        rtype, ptype = obj.get("type"), payload.get("type")
         turn_id = payload.get("turn_id")
         ev = Event(META, ts, turn_id=turn_id if isinstance(turn_id, str) else None)
         if rtype == "session_meta":
@@ -307,12 +310,19 @@ class FileDecoder:
             ev.detail = "turn_context"
             reviewer = payload.get("approvals_reviewer")
             self._review = isinstance(reviewer, str) and reviewer != "user"
+            model = payload.get("model")
+            if type(model) is str and model.strip():
+                self._ustate["model"] = model.strip()  # the model of the token_counts that follow
             return ev
         if rtype == "compacted":
             ev.detail = "compaction"
             return ev
         if rtype == "event_msg":
-            if ptype in ("task_started", "turn_started"):
+            if ptype == "token_count":
+                got = usage(obj, payload, self._ustate)
+                if got is not None:
+                    self.usage.append(got)
+            elif ptype in ("task_started", "turn_started"):
                 ev.kind, ev.detail = START, ptype
             elif ptype in ("task_complete", "turn_complete") and isinstance(payload.get("error"), dict):
                 ev.kind, ev.detail = ERROR, ptype  # a failed turn reported as complete (0.160)
@@ -448,10 +458,6 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"turn_context", "event_msg"})
-
-
 def _token_model(payload: dict, info: dict):
     """The model a ``token_count`` names itself (``info.model``,
     ``info.model_name``, ``payload.model``; as @ccusage/codex reads it)."""
@@ -461,30 +467,20 @@ def _token_model(payload: dict, info: dict):
     return None
 
 
-def usage(obj: dict, state: dict):
-    """The usage of an ``event_msg`` ``token_count`` (see :mod:`exporter.usage`;
-    Codex 0.5x–0.171): ``info.last_token_usage`` (else the growth of
-    ``info.total_token_usage``) ``input_tokens`` (cached ones included:
-    reported as input without them, and ``cached_input_tokens`` as cache
-    reads), ``output_tokens`` (``reasoning_output_tokens`` included: reported
-    as reasoning too, priced once as output). A ``token_count`` whose totals
-    equal the previous one's (Codex writes one again with new rate limits)
-    is no new usage. Model: the record's own, else the last ``turn_context``'s
-    ``model``, else ``unknown`` (no price: never guessed). Key: the record's
-    time and totals (a fork's copy of its parent's records is counted once).
-    ``state`` keeps ``model`` and ``totals`` per file."""
-    rtype = obj.get("type")
-    if rtype == "turn_context":
-        p = obj.get("payload")
-        m = p.get("model") if type(p) is dict else None
-        if type(m) is str and m.strip():
-            state["model"] = m.strip()
-        return None
-    if rtype != "event_msg":
-        return None
-    p = obj.get("payload")
-    if type(p) is not dict or p.get("type") != "token_count":
-        return None
+def usage(obj: dict, p: dict, state: dict):
+    """The API response of an ``event_msg`` ``token_count`` (``p``, its
+    payload; see :mod:`exporter.usage`; Codex 0.5x–0.171):
+    ``info.last_token_usage`` (else the growth of ``info.total_token_usage``)
+    ``input_tokens`` (cached ones included: reported as input without them,
+    and ``cached_input_tokens`` as cache reads), ``output_tokens``
+    (``reasoning_output_tokens`` included: reported as reasoning too, priced
+    once as output), or ``"bad"``, or None (no usage: rate limits only). A
+    ``token_count`` whose totals equal the previous one's (Codex writes one
+    again with new rate limits) is no new usage. Model: the record's own,
+    else the last ``turn_context``'s ``model`` (the decoder keeps it in
+    ``state["model"]``), else ``unknown`` (no price: never guessed). Key: the
+    record's time and totals (a fork's copy of its parent's records is
+    counted once). ``state`` (per file) keeps ``model`` and ``totals``."""
     info = p.get("info")
     if info is None:
         return None  # rate limits only
@@ -521,4 +517,4 @@ def usage(obj: dict, state: dict):
     if type(inp) in (int, float) and type(cached) in (int, float):
         cached = min(cached, inp)
         inp = inp - cached
-    return [(key, model, (inp, last.get("output_tokens"), cached, 0, last.get("reasoning_output_tokens") or 0), 0)]
+    return (key, model, (inp, last.get("output_tokens"), cached, 0, last.get("reasoning_output_tokens") or 0, 0))
