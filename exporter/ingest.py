@@ -53,6 +53,7 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     s = f.session
     judge, born = store.identity.judge, f.born
     took = f.decoder.usage  # the responses a projected record carries (exporter.usage)
+    counted = store.usage.keys
     for line in lines:
         try:
             obj = loads(line)
@@ -100,7 +101,9 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
         counters = s.counters
         counters.lines += 1
         if took:
-            _take_usage(store, s, prov, took, live and not ev.replayed, ev.ts)
+            # (another line of a response already counted, the common case, is skipped here)
+            if len(took) > 1 or took[0][0] not in counted:
+                _take_usage(store, s, prov, took, live and not ev.replayed, ev.ts)
             took.clear()
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd

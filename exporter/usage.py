@@ -7,7 +7,8 @@ already reads that record type asks for it, so other records cost nothing),
 it appends the record's API responses, each ``(key, model, (input, output,
 cache_read, cache_write, reasoning, cache_write_1h))`` with the raw values
 as the record has them (checked here), or :data:`BAD` (usage the record
-carries but of a shape that cannot be read). :func:`exporter.ingest.apply_lines`
+carries but of a shape that cannot be read; a provider's usage function
+answers ``"bad"`` for it). :func:`exporter.ingest.apply_lines`
 hands the list to :func:`take` after each record and empties it. ``key``
 identifies the response across lines, files and sessions (Claude
 ``message.id:requestId``, a Codex ``token_count``'s time and totals, a Pi
@@ -49,19 +50,19 @@ prompt-size bucket (:data:`EDGES`).
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
 import threading
-from operator import add as _add
+from bisect import bisect_left
 
 log = logging.getLogger(__name__)
 
 #: The token types, in the order of every count tuple (label ``type``).
 TYPES = ("input", "output", "cache_read", "cache_write", "reasoning")
-#: A provider's answer for usage it cannot read.
-BAD = "bad"
+#: A provider's answer for usage it cannot read: a response of no key
+#: (``(key, model, counts)`` like the others, so a batch is looked at alike).
+BAD = (None, "bad", None)
 #: The parse-error reason of :data:`BAD` and of values out of bounds.
 BAD_REASON = "bad_usage"
 #: The most tokens of one type one response may have (the largest context
@@ -97,6 +98,8 @@ def check(raw: tuple) -> tuple | None:
     as ints from a provider's raw values (the same six), or None when one is
     not a token count (the 1 h cache writes, a part of ``cache_write``, are
     capped by it)."""
+    if _INTS.issuperset(map(type, raw)):  # whole numbers: only the bounds can be wrong (e.g. negative)
+        return (*raw[:5], min(raw[5], raw[3])) if 0 <= min(raw) and max(raw) <= MAX_TOKENS else None
     out = []
     for v in raw:
         n = _count(v)
@@ -121,12 +124,6 @@ class Tally:
         self.keys: list = []
         self.version = 0
         self._summary = None
-
-    def add(self, model: str, bucket: int, hour: int, vals: tuple) -> None:
-        k = (model, bucket, hour)
-        got = self.tokens.get(k)
-        self.tokens[k] = list(vals) if got is None else list(map(_add, got, vals))
-        self.version += 1
 
     def summary(self, prices: Prices) -> dict:
         """``{model: {"input", "output", "cache_read", "cache_write",
@@ -243,7 +240,7 @@ class Accounting:
         k = (provider, model, bucket)
         with self._lock:
             got = self.counted.get(k)
-            self.counted[k] = list(vals) if got is None else list(map(_add, got, vals))
+            self.counted[k] = list(vals) if got is None else [x + y for x, y in zip(got, vals)]
             self.version += 1
 
     def forget(self, tally: Tally) -> None:
@@ -311,34 +308,51 @@ def take(store, s, provider: str, got: list, live: bool, ts: float | None = None
     the module doc) for session ``s`` of ``store``: into ``s.usage`` always,
     into ``store.usage``'s counters when ``live`` (news) or on a first
     start. ``ts``: the record's time (Unix seconds). The caller holds the
-    store's lock."""
+    store's lock. Every response read goes through here: it keeps to
+    locals and few bytecodes (docs/performance.md, "The token accounting")."""
     acct = store.usage
     keys = acct.keys
+    tally = s.usage
     for r in got:
-        if r is BAD:
+        key, model, vals = r
+        if key is not None:
+            if key in keys:
+                continue  # this response was counted: another line of it, a copy, a file read again
+        elif r is BAD:
             store.metrics.parse_errors.labels(provider, BAD_REASON).inc()
             s.counters.parse_errors += 1
             continue
-        key, model, vals = r
-        if key is not None and key in keys:
-            continue  # this response was counted: another line of it, a copy, a file read again
-        if _INTS.issuperset(map(type, vals)) and 0 <= min(vals) and (hi := max(vals)) <= MAX_TOKENS \
-                and vals[5] <= vals[3]:
-            pass  # the common case: whole numbers in bounds
-        else:
+        a, b, c, d, e, h = vals
+        try:  # the common case: whole numbers in bounds (a float, a string or None raises here)
+            ok = 0 <= (a | b | c | d | e | h) <= MAX_TOKENS and h <= d \
+                and type(a) is type(b) is type(c) is type(d) is type(e) is type(h) is int  # (not bool)
+        except TypeError:
+            ok = False
+        if not ok:
             vals = check(vals)
             if vals is None:
                 store.metrics.parse_errors.labels(provider, BAD_REASON).inc()
                 s.counters.parse_errors += 1
                 continue
-            hi = max(vals)
+            a, b, c, d, e, h = vals
         if key is not None:
             keys[key] = None
-            s.usage.keys.append(key)
-        if not hi:
-            continue  # nothing used (every count is 0)
-        bucket = bisect.bisect_left(EDGES, vals[0] + vals[2] + vals[3])
-        s.usage.add(model, bucket, int(ts // 3600) if ts is not None else -1, vals)
+            tally.keys.append(key)
+        if not (a or b or c or d or e):
+            continue  # nothing used
+        bucket = bisect_left(EDGES, a + c + d)
+        k = (model, bucket, int(ts // 3600) if ts is not None else -1)
+        old = tally.tokens.get(k)
+        if old is None:
+            tally.tokens[k] = [a, b, c, d, e, h]
+        else:
+            old[0] += a
+            old[1] += b
+            old[2] += c
+            old[3] += d
+            old[4] += e
+            old[5] += h
+        tally.version += 1
         if live or acct.count_all:
             acct.add(provider, model, bucket, vals)
 

@@ -18,6 +18,7 @@ import pytest
 
 from coding_agent_exporter.events import COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK
 from coding_agent_exporter.providers import gemini_cli, sniff
+from coding_agent_exporter.usage import BAD
 from gemini_replay import FIXTURES, backfill, replay, runs
 from harness import Exporter, Receiver, wait_for
 
@@ -237,7 +238,7 @@ def test_tokens_per_response_counted_once(tmp_path):
     assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": {"input": 100, "output": 5, "cached": 40,
                                                                       "thoughts": 7, "tool": 3}, "model": "m"}) \
         == ("gemini:x", "m", (63, 12, 40, 0, 7, 0))
-    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": "many"}) == "bad"
+    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": "many"}) is BAD
     dec.project({"type": "user", "id": "u", "tokens": {"input": 1}})
     assert dec.usage == []  # only gemini messages carry usage
     root = tmp_path / ".gemini" / "tmp"

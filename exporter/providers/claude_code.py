@@ -93,6 +93,7 @@ from ..decode import parse_timestamp
 from ..names import STOP_FAILURE_KINDS
 from . import claude_settings
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "claude_code"
 LABEL = "Claude Code"
@@ -565,12 +566,12 @@ class FileDecoder:
         msg = obj.get("message")
         if not isinstance(msg, dict):
             msg = {}
+        mid = msg.get("id")
         u = msg.get("usage")
         if u is not None:
             got = usage(obj, msg, u)
             if got is not None:
                 self.usage.append(got)
-        mid = msg.get("id")
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
         if ev.message_id is not None and not ev.sidechain:
@@ -720,7 +721,7 @@ def usage(obj: dict, msg: dict, u):
     ``cache_creation_input_tokens`` (its
     ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
     keyed by ``message.id:requestId`` (every content-block line of one
-    response repeats them: counted once, as ccusage does), or ``"bad"``
+    response repeats them: counted once, as ccusage does), or ``BAD``
     (``usage`` is not an object), or None. ``model`` gets ``-fast`` for
     ``usage.speed: fast`` (as ccusage names it). Synthetic replies
     (``<synthetic>``) and API-error envelopes (``isApiErrorMessage``) count
@@ -730,7 +731,7 @@ def usage(obj: dict, msg: dict, u):
     if model == "<synthetic>" or obj.get("isApiErrorMessage") is True:
         return None
     if type(u) is not dict:
-        return "bad"
+        return BAD
     mid, rid = msg.get("id"), obj.get("requestId")
     key = f"{mid}:{rid}" if type(mid) is str and mid and type(rid) is str and rid else None
     if type(model) is not str or not model:

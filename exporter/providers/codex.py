@@ -53,6 +53,7 @@ from pathlib import Path
 from ..decode import LineError, decode_line, parse_timestamp
 from ..names import STOP_FAILURE_KINDS
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "codex"
 LABEL = "Codex"
@@ -461,6 +462,9 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 def _token_model(payload: dict, info: dict):
     """The model a ``token_count`` names itself (``info.model``,
     ``info.model_name``, ``payload.model``; as @ccusage/codex reads it)."""
+    v = info.get("model") or info.get("model_name") or payload.get("model")
+    if v is None:
+        return None  # (the common case: no model on the record)
     for v in (info.get("model"), info.get("model_name"), payload.get("model")):
         if type(v) is str and v.strip():
             return v.strip()
@@ -474,7 +478,7 @@ def usage(obj: dict, p: dict, state: dict):
     ``input_tokens`` (cached ones included: reported as input without them,
     and ``cached_input_tokens`` as cache reads), ``output_tokens``
     (``reasoning_output_tokens`` included: reported as reasoning too, priced
-    once as output), or ``"bad"``, or None (no usage: rate limits only). A
+    once as output), or ``BAD``, or None (no usage: rate limits only). A
     ``token_count`` whose totals equal the previous one's (Codex writes one
     again with new rate limits) is no new usage. Model: the record's own,
     else the last ``turn_context``'s ``model`` (the decoder keeps it in
@@ -485,10 +489,10 @@ def usage(obj: dict, p: dict, state: dict):
     if info is None:
         return None  # rate limits only
     if type(info) is not dict:
-        return "bad"
+        return BAD
     total, last = info.get("total_token_usage"), info.get("last_token_usage")
     if (total is not None and type(total) is not dict) or (last is not None and type(last) is not dict):
-        return "bad"
+        return BAD
     key = None
     if total is not None:
         seen = (total.get("input_tokens"), total.get("cached_input_tokens"), total.get("output_tokens"),
@@ -497,24 +501,25 @@ def usage(obj: dict, p: dict, state: dict):
         state["totals"] = seen
         if seen == prev:
             return None  # the same totals again: no new response
-        key = f"codex:{obj.get('timestamp')}:{seen}"
-        if last is None:
-            if prev is None:
-                prev = (0, 0, 0, 0)
-            try:
-                last = {"input_tokens": seen[0] - (prev[0] or 0), "cached_input_tokens": (seen[1] or 0) - (prev[1] or 0),
-                        "output_tokens": seen[2] - (prev[2] or 0),
-                        "reasoning_output_tokens": (seen[3] or 0) - (prev[3] or 0)}
-            except TypeError:
-                return "bad"
-    if last is None:
+        key = f"codex:{obj.get('timestamp')}:{seen[0]}:{seen[1]}:{seen[2]}:{seen[3]}"
+    if last is not None:
+        inp, cached = last.get("input_tokens"), last.get("cached_input_tokens") or 0
+        out, reasoning = last.get("output_tokens"), last.get("reasoning_output_tokens") or 0
+    elif total is None:
         return None
+    else:  # the growth of the totals
+        if prev is None:
+            prev = (0, 0, 0, 0)
+        try:
+            inp, cached = seen[0] - (prev[0] or 0), (seen[1] or 0) - (prev[1] or 0)
+            out, reasoning = seen[2] - (prev[2] or 0), (seen[3] or 0) - (prev[3] or 0)
+        except TypeError:
+            return BAD
     model = _token_model(p, info)
     if model is not None:
         state["model"] = model
     model = model or state.get("model") or "unknown"
-    inp, cached = last.get("input_tokens"), last.get("cached_input_tokens") or 0
     if type(inp) in (int, float) and type(cached) in (int, float):
         cached = min(cached, inp)
         inp = inp - cached
-    return (key, model, (inp, last.get("output_tokens"), cached, 0, last.get("reasoning_output_tokens") or 0, 0))
+    return (key, model, (inp, out, cached, 0, reasoning, 0))

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "copilot_cli"
 LABEL = "Copilot CLI"
@@ -184,7 +185,7 @@ class FileDecoder:
             if type(got) is list:
                 self.usage.extend(got)
             elif got is not None:
-                self.usage.append(got)  # "bad"
+                self.usage.append(got)  # BAD
         if rtype == "permission.requested":  # a subagent's prompt blocks the whole session too
             req = data.get("permissionRequest")
             req = req if isinstance(req, dict) else {}
@@ -353,7 +354,7 @@ def usage(obj: dict, data: dict):
     ``cacheReadTokens``, as OpenAI's prompt tokens do), ``outputTokens``,
     ``cacheReadTokens``, ``cacheWriteTokens``, ``reasoningTokens`` (part of
     the output), one response per model (a list), keyed by the record's
-    ``id``; ``"bad"`` when a model's ``usage`` (or ``modelMetrics``) is not
+    ``id``; ``BAD`` when a model's ``usage`` (or ``modelMetrics``) is not
     an object, None when there is none. Copilot writes no usage per response:
     tokens appear when the CLI exits (its ``session.shutdown``), once per run
     of the CLI."""
@@ -361,13 +362,13 @@ def usage(obj: dict, data: dict):
     if metrics is None:
         return None
     if type(metrics) is not dict:
-        return "bad"
+        return BAD
     rid = obj.get("id")
     out = []
     for model, m in metrics.items():
         u = m.get("usage") if type(m) is dict else None
         if type(u) is not dict:
-            return "bad"
+            return BAD
         inp, cached = u.get("inputTokens"), u.get("cacheReadTokens") or 0
         if type(inp) in (int, float) and type(cached) in (int, float):
             inp = inp - min(cached, inp)

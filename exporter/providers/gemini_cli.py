@@ -48,6 +48,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "gemini_cli"
 LABEL = "Gemini CLI"
@@ -399,7 +400,7 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 # -- usage -------------------------------------------------------------------
 def usage(obj: dict):
     """The API response of one ``gemini`` message (see :mod:`exporter.usage`:
-    ``(key, model, counts)``, ``"bad"`` or None; Gemini CLI 0.61.0): ``tokens`` ``input`` (the API's ``promptTokenCount``: the
+    ``(key, model, counts)``, ``BAD`` or None; Gemini CLI 0.61.0): ``tokens`` ``input`` (the API's ``promptTokenCount``: the
     whole prompt, cached part included), ``output`` (``candidatesTokenCount``),
     ``cached`` (``cachedContentTokenCount``), ``thoughts``
     (``thoughtsTokenCount``, billed as output but not in it), ``tool``
@@ -412,7 +413,7 @@ def usage(obj: dict):
     if t is None:
         return None
     if type(t) is not dict:
-        return "bad"
+        return BAD
     mid, model = obj.get("id"), obj.get("model")
     key = f"gemini:{mid}" if type(mid) is str and mid else None
     model = model if type(model) is str and model else "unknown"

@@ -59,6 +59,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import COMPLETE, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WORK, Event
+from ..usage import BAD
 
 NAME = "pi"
 LABEL = "Pi"
@@ -296,7 +297,7 @@ def usage(obj: dict, msg: dict):
     ``message``; see :mod:`exporter.usage`; Pi 0.70): ``message.usage``
     ``input`` (not cached), ``output``, ``cacheRead``, ``cacheWrite``, model
     ``message.model``, keyed by the entry ``id`` and ``timestamp`` (a fork
-    copies its parent's entries with their ids: counted once); ``"bad"``
+    copies its parent's entries with their ids: counted once); ``BAD``
     when ``usage`` is not an object, None when it is null. Pi records no
     reasoning count of its own, and its own ``cost`` figures are not used
     (the same price data prices every agent)."""
@@ -304,7 +305,7 @@ def usage(obj: dict, msg: dict):
     if u is None:
         return None
     if type(u) is not dict:
-        return "bad"
+        return BAD
     eid, model = obj.get("id"), msg.get("model")
     key = f"pi:{eid}:{obj.get('timestamp')}" if type(eid) is str and eid else None
     model = model if type(model) is str and model else "unknown"
