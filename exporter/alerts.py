@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -30,16 +29,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .config import Config, ConfigError
+from .courier import Courier
+from .gate import Gate
 from .metrics import Metrics
 from .message import ERROR_TITLES, WAIT_TITLES, Message  # noqa: F401  (the titles re-exported)
 from .names import ALERT_KINDS
 from .pagerate import PageRate
 from .persist import load_json, save_json
-from .pager import Pager, Pending, Rules, alert_key, unit_of  # noqa: F401  (alert_key re-exported)
-from .providers import PROVIDER_MODULES
-from .store import Session, Transition, project_label
-from .suppress import DIGEST_FILE, MUTES_FILE, Digest, Mutes, Noise, Verdict, fmt_duration, still_waiting
-from . import pagetext
+from .pager import Pager, Pending, Rules, alert_key  # noqa: F401  (alert_key re-exported)
+from .store import Session, Transition
+from .suppress import DIGEST_FILE, MUTES_FILE, Digest, Mutes, Noise
 
 if TYPE_CHECKING:  # imported where a target is built: start-up without alerts does not load it
     import apprise
@@ -175,9 +174,11 @@ def test_alert(cfg: Config) -> int:
 
 
 class Alerter:
-    """Delivers what the :class:`~.pager.Pager` decides: targets, the
-    delivery thread, retries with backoff, message text, and the ledger file.
-    ``observe``/``tick`` run on the reader thread, delivery in its own; the
+    """The alerts, wired: the :class:`~.pager.Pager` decides which pages
+    are owed, the :class:`~.gate.Gate` which of the due ones go out now and
+    to which tags, the :class:`~.courier.Courier` delivers them in its own
+    thread; this class keeps the ledger file and takes pages made elsewhere
+    (:meth:`page`). ``observe``/``tick`` run on the reader thread; the
     pager's state is guarded by one lock."""
 
     def __init__(self, cfg: Config, metrics: Metrics, targets: list[Target]):
@@ -196,16 +197,15 @@ class Alerter:
         #: ``lookup(provider, session_id)`` → the store's :class:`Session` or None
         #: (``run`` sets the store's; the digest and the mute API read sessions through it).
         self.lookup = lambda provider, session_id: None
-        self._mutes_looked = 0.0
-        self._last_sent: tuple[float, str] | None = None  # (Unix seconds, kind) of this run's last page
         #: (provider, session id) → its recent pages (``alerts.max_pages_per_session``).
         self.rates = PageRate(self.state_dir / RATES_FILE, self.a.max_pages_per_session,
                               self.a.page_rate_window_seconds)
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()
-        self._work: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self.gate = Gate(cfg, metrics, self.pager, self._lock, self._save, self.noise, self.digest, self.rates,
+                         lambda provider, session_id: self.lookup(provider, session_id), self.page)
+        self.courier = Courier(self.a.retry, metrics, targets, self.pager, self._lock, self._save, self.message,
+                               self.gate.tags_of)
         #: Keys of :meth:`page`'s pages the previous run left pending, taken
         #: at load (before any new page can be added), queued by :meth:`start`.
         self._left_pending = [k for k, v in self.pager.ledger.items()
@@ -240,7 +240,7 @@ class Alerter:
         """``(Unix seconds, kind)`` of the last page this run delivered (the
         one ``coding_agent_alerts_total`` counted last, reminders included),
         or None. Read-only; safe from any thread."""
-        return self._last_sent
+        return self.courier.last_sent
 
     def owed(self) -> dict[tuple[str, str], frozenset]:
         """See :meth:`Pager.owed` (the store keeps these turn ends as news)."""
@@ -314,7 +314,7 @@ class Alerter:
                         self.metrics.alerts_dedup.labels(kind).inc()
                         counts["duplicate"] += 1
                         continue
-                    remaining = self._takers(tags)
+                    remaining = self.courier.takers(tags)
                     if not remaining:
                         counts["untaken"] += 1
                         continue
@@ -342,12 +342,8 @@ class Alerter:
         if queued and self.a.max_pages_per_session and any(pg[6] is not None for pg in pages):
             self.rates.save()
         for p in queued:  # not in the pager's pending (the reader thread's): delivery and its retries only
-            self._work.put(p)
+            self.courier.put(p)
         return counts
-
-    def _takers(self, tags: frozenset) -> list[int]:
-        """Indexes of the targets that take a page with Apprise ``tags``."""
-        return [i for i, t in enumerate(self.targets) if not t.tags or "always" in t.tags or t.tags & tags]
 
     def _resume_pages(self) -> None:
         """Queue the pages of :meth:`page` a previous run left pending."""
@@ -358,14 +354,14 @@ class Alerter:
         for key, pg in left:
             try:
                 p = Pending(key, str(pg["kind"]), None, key, str(pg["kind"]), first_seen=time.time(), due=0.0,
-                            remaining=self._takers(frozenset(pg.get("tags") or ())), title=str(pg["title"]),
+                            remaining=self.courier.takers(frozenset(pg.get("tags") or ())), title=str(pg["title"]),
                             body=str(pg["body"]), notify=str(pg.get("notify") or "warning"))
             except (KeyError, TypeError):
                 log.warning("the alert ledger's pending page %s is damaged; dropped it", key)
                 continue
             if p.remaining:
                 log.info("delivering a page left pending by the previous run", extra={"fields": {"key": key}})
-                self._work.put(p)
+                self.courier.put(p)
 
     # -- reader thread -----------------------------------------------------
     def observe(self, transitions: list[Transition], now: float) -> None:
@@ -382,8 +378,7 @@ class Alerter:
             self._save()
 
     def _fields(self, s: Session, unit: str | None, kind: str) -> dict:
-        return {"kind": kind, "provider": s.provider, "session_id": s.session_id,
-                "project": project_label(s.cwd, self.cfg.metrics.project_label), "turn": unit}
+        return self.gate.fields(s, unit, kind)
 
     def next_due_in(self) -> float:
         """Seconds until the next pending alert is due (for the reader loop)."""
@@ -403,230 +398,33 @@ class Alerter:
             if self.pager.remind:
                 pages += self.pager.reminders(now)
         for p in pages:
-            if self._suppressed(p, now):
+            if self.gate.suppressed(p, now):
                 continue
-            tags = self._tags_of(p)
-            p.remaining = self._takers(tags)
+            tags = self.gate.tags_of(p)
+            p.remaining = self.courier.takers(tags)
             if not p.remaining:
                 with self._lock:
                     self.pager.drop(p)
                 if not p.reminder:
                     self.pager.decided(p.session, p.turn, p.kind, f"no target takes the tags {sorted(tags)}")
                 continue
-            if not self._rate_ok(p, now):
+            if not self.gate.rate_ok(p, now):
                 with self._lock:
                     self.pager.drop(p)
                 continue
             if p.reminder:
                 with self._lock:
                     self.pager.pending[p.key] = p
-            self._work.put(p)
+            self.courier.put(p)
         if self.digest.held:
-            self._send_digests(now)
-        mutes = self.noise.mutes
-        if (mutes.sessions or mutes.projects) and now - self._mutes_looked >= 5.0:
-            self._mutes_looked = now
+            self.gate.send_digests(now)
+        self.gate.expire_mutes(now)
 
-            def turn_of(provider, sid):
-                s = self.lookup(provider, sid)
-                return ... if s is None else (s.status.turn or "")
-            mutes.expire(now, turn_of)
-
-    # -- noise controls (:mod:`.suppress`) ---------------------------------
-    def _project(self, s: Session) -> str:
-        return project_label(s.cwd, self.cfg.metrics.project_label)
-
-    def _tags_of(self, p: Pending) -> frozenset:
-        """The Apprise tags of a due page: its route's, else its kind's."""
-        return self.noise.tags_for(self._project(p.session), p.session.provider, p.kind)
-
-    def _suppressed(self, p: Pending, now: float) -> bool:
-        """Ask :meth:`.suppress.Noise.verdict` about a due page. True when it
-        is not to be delivered now: held (it stays pending, due again at the
-        hold's end) or suppressed (counted on
-        ``coding_agent_alerts_suppressed_total{kind,reason}``, logged at INFO
-        with the session, and noted ``seen`` in the ledger so that no re-read
-        or restart pages it; a quiet-hours page also goes to the digest)."""
-        s = p.session
-        held = p.status or s.status
-        v: Verdict = self.noise.verdict(p.kind, s.provider, s.session_id, self._project(s), held, s.status, now,
-                                        reminder=p.reminder)
-        if v.hold_until is not None:
-            if p.due < v.hold_until:
-                log.debug("page held until %.1f (alerts.presence_delay_seconds)", v.hold_until,
-                          extra={"fields": self._fields(s, p.turn, p.kind)})
-            p.due = v.hold_until  # still pending: the pager hands it back then
-            return True
-        if v.reason is None:
-            return False
-        if v.quiet_until is not None and not p.reminder:
-            self.digest.hold(v.quiet_until, {"provider": s.provider, "session_id": s.session_id, "kind": p.kind,
-                                             "unit": p.turn, "since": held.since, "project": self._project(s),
-                                             "tags": sorted(self._tags_of(p))})
-        self.metrics.alerts_suppressed.labels(p.kind, v.reason).inc()
-        with self._lock:
-            self.pager.drop(p)
-            if not p.reminder:
-                self.pager.ledger[p.key] = {**self.pager.ledger.get(p.key, {}), "status": "seen",
-                                            "suppressed": v.reason, "at": now}
-        self.pager.decided(s, p.turn, p.kind, f"{v.reason}: {v.why}")
-        if not p.reminder:
-            self._save()
-        return True
-
-    def _send_digests(self, now: float) -> None:
-        """At a quiet window's end, one page listing the held sessions that
-        still wait (each with its kind, how long it has waited and its resume
-        command); none when every one of them was answered meanwhile. The
-        digest goes through :meth:`page` (ledger first: a crash after it
-        repeats nothing), then leaves the digest file."""
-        for end in [k for k in self.digest.held if float(k) <= now]:
-            items = self.digest.held[end]
-
-            def status_of(provider, sid):
-                s = self.lookup(provider, sid)
-                return s.status if s is not None else None
-            left = [(it, st) for it, st in still_waiting(items, status_of)  # muted since: left out too
-                    if not self.noise.mutes.muted(it["provider"], it["session_id"], it.get("project") or "", st.turn,
-                                                  now)]
-            if not left:
-                log.info("quiet hours over: no digest (all %d held page(s) were answered meanwhile)", len(items))
-            else:
-                lines = []
-                for it, st in left:
-                    mod = PROVIDER_MODULES.get(it["provider"])
-                    label = mod.LABEL if mod else it["provider"]
-                    what = pagetext.headline(label, it.get("project") or "", st)
-                    waited = fmt_duration(now - it["since"]) if isinstance(it.get("since"), (int, float)) else None
-                    lines.append(f"- {what} ({it['kind']}" + (f", waiting {waited})" if waited else ")"))
-                    cmd = pagetext.resume_command(mod, it["session_id"]) if mod else None
-                    if cmd:
-                        lines.append(f"  Resume: {cmd}")
-                    lines.append(f"  Session: {it['session_id']}")
-                n = len(left)
-                title = f"Quiet hours over: {n} session{'s' if n != 1 else ''} wait{'s' if n == 1 else ''} for you"
-                tags = frozenset(t for it, _ in left for t in it.get("tags") or ())
-                try:
-                    self.page(f"digest:{end}", "digest", title, "\n".join(lines), tags, notify="info")
-                except OSError:
-                    log.error("cannot write the alert ledger: the quiet-hours digest waits for the next try")
-                    continue
-            self.digest.done(end)
-
-    def _rate_ok(self, p: Pending, now: float) -> bool:
-        """``p`` keeps ``alerts.max_pages_per_session`` per
-        ``alerts.page_rate_window_seconds`` (Unix seconds ``now``); when
-        over, it is counted, logged and dropped (never sent)."""
-        limit = self.a.max_pages_per_session
-        if not limit or not self.a.page_rate_window_seconds:
-            return True
-        if not self.rates.take((p.session.provider, p.session.session_id), now):
-            self.metrics.alerts_rate_limited.labels(p.kind).inc()
-            self.metrics.alerts_suppressed.labels(p.kind, "rate_limit").inc()
-            if not p.reminder:
-                with self._lock:
-                    self.pager.ledger.pop(p.key, None)
-            self.pager.decided(p.session, p.turn, p.kind, f"{limit} pages within alerts.page_rate_window_seconds "
-                               "(alerts.max_pages_per_session)", level=logging.WARNING)
-            return False
-        self.rates.save()  # a restart does not reset the limit
-        return True
-
-    # -- delivery thread ---------------------------------------------------
     def start(self) -> None:
-        if self.targets and self._thread is None:
-            self._thread = threading.Thread(target=self._deliver_loop, name="alerts", daemon=True)
-            self._thread.start()
+        """Start delivery (with targets), then send the pages of :meth:`page` a previous run left pending."""
+        if self.courier.start():
             self._resume_pages()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._work.put(None)
-        if self._thread:
-            self._thread.join(timeout=10)
-
-    def _deliver_loop(self) -> None:
-        retry = self.a.retry
-        while not self._stop.is_set():
-            p = self._work.get()
-            if p is None:
-                return
-            try:
-                self._deliver(p)
-            except Exception:  # pragma: no cover - never let delivery die
-                log.exception("alert delivery failed unexpectedly")
-            if p.remaining:
-                p.attempt += 1
-                if p.attempt >= retry.attempts:
-                    self.pager.decided(p.session, p.turn, p.kind,
-                                       f"delivery failed {p.attempt} times (alerts.retry.attempts)",
-                                       level=logging.ERROR)
-                    with self._lock:
-                        self.pager.failed(p, time.time())
-                    self._save()
-                    continue
-                delay = min(retry.max_backoff_seconds, retry.initial_backoff_seconds * 2 ** (p.attempt - 1))
-                log.warning("%s alert delivery failed for %d target(s); retrying in %.1f s", p.kind,
-                            len(p.remaining), delay)
-                threading.Timer(delay, self._work.put, args=(p,)).start()
-
-    def _deliver(self, p: Pending) -> None:
-        import apprise
-
-        tag = ",".join(sorted(self._tags_of(p))) if p.session is not None else None
-        notify_type = p.notify or (apprise.NotifyType.FAILURE if p.kind == "error" else (
-            apprise.NotifyType.WARNING if p.kind in ("stalled", "waiting") else apprise.NotifyType.SUCCESS))
-        if p.session is None:  # a page of :meth:`page`: its own text
-            st, title, body = None, p.title, p.body
-        else:
-            # The state now when it is still the one paged (what the settle time
-            # added: an error's kind from the transcript read after the hook;
-            # Claude Code 2.1.332: StopFailure server_error, then a 529's envelope).
-            cur = p.session.status
-            st = cur if cur.state == p.state and unit_of(cur) == p.turn else (p.status or cur)
-            title, body = self.message.text(p.session, st)
-            if p.reminder:
-                title = "Reminder: " + title
-        if p.session is not None and not p.reminder:
-            self._mark_sending(p)
-        still = []
-        for i in p.remaining:
-            target = self.targets[i]
-            res = target.apobj.notify(body=body, title=title, notify_type=notify_type,
-                                      body_format=apprise.NotifyFormat.TEXT)
-            if res:
-                continue
-            still.append(i)
-            self.metrics.alerts_failed.labels(p.kind).inc()
-            log.warning("could not deliver a %s alert to %s", p.kind, target.name)
-        p.remaining = still
-        if not still:
-            now = time.time()
-            self.metrics.alerts.labels(p.kind).inc()
-            self._last_sent = (now, p.kind)
-            self.metrics.alert_latency.labels(p.kind).observe(max(0.0, now - p.first_seen))
-            with self._lock:
-                self.pager.sent(p, now)
-                if p.session is None:
-                    self.pager.ledger.get(p.key, {}).pop("page", None)
-            if not p.reminder:
-                self._save()
-            if p.session is None:  # a page of :meth:`page`
-                log.info("page sent", extra={"fields": {"kind": p.kind, "key": p.key,
-                                                         "latency_seconds": round(now - p.first_seen, 3)}})
-                return
-            self.pager.decided(p.session, p.turn, p.kind, None, tag=tag, evidence=st.evidence, detail=st.detail,
-                               error_kind=st.error_kind, duration_seconds=None if st.duration is None
-                               else round(st.duration, 1), targets=len(self._takers(self._tags_of(p))),
-                               latency_seconds=round(now - p.first_seen, 3), reminder=True if p.reminder else None)
-
-    def _mark_sending(self, p: Pending) -> None:
-        """The ledger says ``sending`` for ``p`` (on disk) before its
-        delivery starts: after a kill, a page marked ``pending`` is known
-        never to have gone out; only ``sending`` ones may repeat."""
-        with self._lock:
-            entry = self.pager.ledger.get(p.key)
-            if entry is None or entry.get("status") != "pending":
-                return
-            self.pager.ledger[p.key] = {**entry, "status": "sending"}
-        self._save()
+        """Stop delivery (see :meth:`.courier.Courier.stop`)."""
+        self.courier.stop()

@@ -19,10 +19,14 @@ What the exporter subscribes to (field facts in tests/fixtures/hooks/README.md):
   The file's root may
   hold only ``description`` and ``hooks`` (Codex refuses other keys), so nothing else is added.
 - GitHub Copilot CLI (every ``$COPILOT_HOME/hooks/*.json``, default ``~/.copilot``; ours is
-  ``coding-agent-exporter.json``): ``Stop`` and ``Notification`` under their Claude names, as
-  ``"type": "http"`` hooks to ``<url>/hooks/copilot_cli`` (Copilot takes the nested shape below;
-  Irrlicht's Copilot adapter, 1.0.78). Copilot refuses HTTP hooks to loopback unless it runs with
-  ``COPILOT_HOOK_ALLOW_LOCALHOST=1``.
+  ``coding-agent-exporter.json``): ``Stop`` and ``Notification`` under their Claude names, in the
+  nested shape below, as command hooks running ``coding-agent-exporter hook --agent copilot_cli``
+  (Copilot CLI 1.0.102 runs a nested ``{"type": "command", "command": …, "timeout": …}`` handler
+  and sends it on stdin the same snake_case JSON its HTTP hooks POST), which read the hook secret
+  from the state folder: the hooks file holds none. With ``--http``, ``"type": "http"`` hooks to
+  ``<url>/hooks/copilot_cli`` with the secret in their headers, as for Claude Code; Copilot sends
+  those to loopback only when it runs with ``COPILOT_HOOK_ALLOW_LOCALHOST=1``. Re-running
+  ``install`` turns an earlier install's HTTP hooks into command hooks in place.
 - Gemini CLI (``$GEMINI_CLI_HOME/.gemini/settings.json``, default ``~/.gemini/settings.json``, key
   ``hooks``; 0.61.0 runs ``command`` hooks only, ``timeout`` in milliseconds): ``BeforeAgent``,
   ``AfterAgent``, ``Notification``, ``BeforeTool``, ``AfterTool``, ``SessionEnd``, running
@@ -150,9 +154,9 @@ def hooks_block(agent: str, url: str = DEFAULT_URL, command: bool = False, confi
                 secret: str | None = None) -> dict:
     """The ``{"hooks": {...}}`` object to merge into the agent's file.
 
-    ``command`` only matters for Claude Code (Codex runs command hooks only).
-    ``secret`` (the exporter's hook secret, :func:`.hooks.ensure_secret`) goes
-    into a Claude HTTP hook's ``headers`` as ``X-Coding-Agent-Hook-Token``;
+    ``command`` only matters for Claude Code and Copilot CLI (Codex and Gemini CLI run command
+    hooks only). ``secret`` (the exporter's hook secret, :func:`.hooks.ensure_secret`) goes
+    into an HTTP hook's ``headers`` as ``X-Coding-Agent-Hook-Token``;
     a command hook reads it from ``state_dir`` when it runs.
     Raises ValueError for an unknown agent.
     """
@@ -304,10 +308,10 @@ def add_parser(sub) -> None:
         p.add_argument("--url", default=DEFAULT_URL,
                        help=f"the exporter's base URL, as the agent reaches it (default: {DEFAULT_URL})")
         p.add_argument("--http", dest="use_http", action="store_true",
-                       help="Claude Code: HTTP hooks that POST to the exporter themselves, instead of command hooks "
-                            "running `coding-agent-exporter hook`; the settings file then holds the hook secret")
+                       help="Claude Code, Copilot CLI: HTTP hooks that POST to the exporter themselves, instead of "
+                            "command hooks running `coding-agent-exporter hook`; the settings file then holds the hook secret")
         p.add_argument("--command", dest="use_command", action="store_true",
-                       help="command hooks (the default for Claude Code, Codex and Gemini CLI; kept for scripts that pass it)")
+                       help="command hooks (the default for every agent; kept for scripts that pass it)")
         p.add_argument("--config.file", dest="config_file", metavar="FILE",
                        help="the exporter's configuration file, passed on to the hook command (its state_dir holds the spool)")
         if verb == "install":
@@ -374,20 +378,18 @@ def main(args: argparse.Namespace) -> int:
         print(f"coding-agent-exporter: --http: {'Codex' if args.agent == 'codex' else 'Gemini CLI'} runs command "
               "hooks only here", file=sys.stderr)
         return 2
-    # Claude Code: command hooks unless --http. The `hook` command reads the secret from the
-    # state folder when it runs, so the settings file (often in a dotfiles repository) holds none.
-    args.use_command = args.agent == "claude_code" and not args.use_http \
+    # Claude Code and Copilot CLI: command hooks unless --http. The `hook` command reads the secret
+    # from the state folder when it runs, so the settings file (often in a dotfiles repository) holds none.
+    either = args.agent in ("claude_code", "copilot_cli")
+    args.use_command = either and not args.use_http \
         and (asked_command or urlsplit(args.url).username is None)  # a password stays out of the command line
-    if urlsplit(args.url).username is not None and args.agent == "claude_code" and not args.use_command:
+    if urlsplit(args.url).username is not None and either and not args.use_command:
         print(f"note: the password is not written to the settings file; set {AUTH_ENV} to the base64 of "
-              "user:password in Claude Code's environment", file=sys.stderr)
-    if args.agent == "copilot_cli":
-        if asked_command:  # its command hooks name a script per shell ("bash", "powershell"), not a command line
-            print("coding-agent-exporter: --command: Copilot CLI hooks are HTTP hooks here", file=sys.stderr)
-            return 2
+              "user:password in the agent's environment", file=sys.stderr)
+    http = either and not args.use_command
+    if args.agent == "copilot_cli" and http:
         print(f"note: Copilot CLI sends HTTP hooks to a loopback address only when it runs with "
               f"{COPILOT_LOCALHOST_ENV}=1 in its environment", file=sys.stderr)
-    http = args.agent in ("claude_code", "copilot_cli") and not args.use_command
     try:
         secret = _secret(args.config_file) if http else None
     except (OSError, ValueError) as e:
@@ -418,7 +420,7 @@ def main(args: argparse.Namespace) -> int:
         print("Codex versions that still keep hooks behind a feature flag also need `codex_hooks = true` under "
               f"`[features]` in {config_toml}. Restart Codex, then review the hooks with /hooks.")
     elif args.agent == "copilot_cli":
-        print(f"Restart Copilot CLI with {COPILOT_LOCALHOST_ENV}=1 set to load them.")
+        print(f"Restart Copilot CLI{f' with {COPILOT_LOCALHOST_ENV}=1 set' if http else ''} to load them.")
     elif args.agent == "gemini_cli":
         print("Gemini CLI runs hooks only in trusted folders (its trust dialog, `~/.gemini/trustedFolders.json`, "
               "or GEMINI_CLI_TRUST_WORKSPACE=true); in an untrusted folder it pages from its session files alone. "

@@ -66,6 +66,9 @@ class Pending:
     status: object = None
     superseded: float | None = None
     reminder: bool = False
+    #: The ledger said ``sending`` when this run found it: the last run was
+    #: stopped during its delivery, so it may have reached the user already.
+    again: bool = False
     attempt: int = 0
     remaining: list = field(default_factory=list)  # target indexes still to deliver to (delivery's)
     #: A page made outside the transcripts (``session`` None: an Alertmanager
@@ -184,11 +187,12 @@ class Pager:
                              f"{rules.max_age_seconds:g} s)")
                 continue
             p = Pending(key, kind, s, unit, st.state, first_seen=now, due=now + rules.settle_seconds,
-                        since=st.since, status=st)
+                        since=st.since, status=st, again=entry is not None and entry.get("status") == "sending")
             self.pending[key] = p
             log.debug("page pending for %g s (alerts.settle_seconds)", rules.settle_seconds,
                       extra={"fields": self._fields(s, unit, kind)})
-            self.ledger[key] = {"status": "pending", "at": now, "provider": s.provider, "session_id": s.session_id}
+            self.ledger[key] = {"status": "sending" if p.again else "pending", "at": now, "provider": s.provider,
+                                "session_id": s.session_id}
             made.append(p)
             changed = True
         if backfill:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -66,6 +68,10 @@ SESSION_GUARD_LOG = _GUARD_LOGS / "session.log"
 os.environ["CAE_TEST_GUARD_LOG"] = str(SESSION_GUARD_LOG)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(GUARD_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
 guard.install(GUARD_SPEC)
+# A used machine runs the suite many times: each process takes its session folders away at its exit
+# (pytest's own tmp_path folders are kept only for failed tests, pyproject's tmp_path_retention_policy).
+for _made in (_SESSION_HOME, _GUARD_LOGS):
+    atexit.register(shutil.rmtree, _made, ignore_errors=True)
 
 from harness import Exporter, Receiver
 

@@ -3,6 +3,7 @@ loopback, and helpers that lay transcripts out as Claude Code and Codex do."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -25,12 +26,34 @@ CASES = FIXTURES / "cases"
 TRANSCRIPTS = FIXTURES / "transcripts"
 
 
-def free_port() -> int:
-    """A port free now, for a server that cannot bind port 0 and tell (Prometheus, Alertmanager): another
-    process may take it before the server binds it. The exporter binds port 0 (:class:`Exporter`)."""
+@contextlib.contextmanager
+def closed_port():
+    """A loopback port that refuses connections for as long as the block runs: bound here (so no other
+    process, another xdist worker's server included, can take it) but never listening. Yields the port."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
+
+
+#: exporter-toolkit's line for the address a server bound (Prometheus 2.42, Alertmanager 0.25; level info).
+_LISTENING = re.compile(rb'msg="Listening on" address=\S*:(\d+)')
+
+
+def listening_port(proc: "Proc", timeout: float = 30.0) -> int:
+    """The port a Prometheus or Alertmanager started with ``--web.listen-address=127.0.0.1:0`` (and
+    ``--log.level=info``) got, from its log line ``msg="Listening on" address=127.0.0.1:PORT``. No
+    port is picked before the server binds it, so two xdist workers can never be handed the same one.
+    Fails when the process exits first, or after ``timeout`` seconds."""
+    def bound():
+        with open(proc.log, "rb") as f:
+            f.seek(proc.offset)
+            m = _LISTENING.search(f.read())
+        if m:
+            return int(m.group(1))
+        if proc.p.poll() is not None:
+            raise AssertionError(f"{proc.args[0]} exited with {proc.p.returncode}:\n{proc.tail()}")
+        return None
+    return wait_for(bound, timeout=timeout, what=f"{Path(proc.args[0]).name} listening")
 
 
 _RUNS = itertools.count(1)  # numbers the exporters' log files
@@ -105,6 +128,7 @@ class Proc:
 
     def start(self) -> None:
         self._f = open(self.log, "ab")
+        self.offset = self._f.tell()  # where this run's output begins (:func:`listening_port`)
         self.p = subprocess.Popen(self.args, stdout=self._f, stderr=subprocess.STDOUT, cwd=self.cwd,
                                   stdin=subprocess.DEVNULL, env=NO_PROXY_ENV)
 
@@ -227,7 +251,7 @@ class Exporter:
         self.python_args = python_args or ["-m", "coding_agent_exporter"]
         self.ready_check = None  # callable replacing the plain-HTTP readiness probe
 
-    def start(self, wait_ready: bool = True) -> "Exporter":
+    def start(self, wait_ready: bool = True, ready_timeout: float = 30.0) -> "Exporter":
         self.root.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(yaml.safe_dump(self.config))
         env = dict(os.environ)
@@ -248,7 +272,7 @@ class Exporter:
              *listen, *self.extra_args],
             cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env, preexec_fn=self.preexec_fn)
         if wait_ready:
-            wait_for(self.ready_check or self.ready, timeout=30, what="exporter ready")
+            wait_for(self.ready_check or self.ready, timeout=ready_timeout, what="exporter ready")
         return self
 
     def listen_url_path(self) -> Path:
@@ -323,7 +347,7 @@ class Exporter:
         return {"Content-Type": "application/json", "X-Coding-Agent-Hook-Token": self.secret()}
 
     def scrape_text(self, path: str = "/metrics") -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=20) as r:  # a busy machine can starve one scrape for seconds
             return r.read().decode()
 
     def metrics(self) -> dict:

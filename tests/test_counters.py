@@ -21,8 +21,8 @@ import time
 import yaml
 
 from harness import Exporter, claude_path, wait_for
-from harness import Proc
-from test_stack import EXPORTER_JOB, _free_port, _get, _need, _query, _wait
+from harness import Proc, listening_port
+from test_stack import EXPORTER_JOB, _get, _need, _query, _wait
 
 
 def _iso(t: float) -> str:
@@ -76,15 +76,14 @@ def test_counters_count_news_only_across_restarts(tmp_path):
         assert exp.value("coding_agent_turn_errors_total") == 0
         assert exp.value("coding_agent_turn_duration_seconds_count") == 0
 
-        pport = _free_port()
         cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
                "scrape_configs": [{"job_name": EXPORTER_JOB,
                                    "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]}]}
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
         prom = Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{pport}",
-                      "--log.level=warn"], tmp_path / "prometheus.log", tmp_path)
-        base = f"http://127.0.0.1:{pport}"
+                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--web.listen-address=127.0.0.1:0",
+                      "--log.level=info"], tmp_path / "prometheus.log", tmp_path)
+        base = f"http://127.0.0.1:{listening_port(prom)}"
         _wait("prometheus ready", lambda: _get(f"{base}/-/ready") is not None, 30, [(prom.p, prom.log)])
 
         def scrapes() -> int:

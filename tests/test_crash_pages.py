@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from harness import claude_path, codex_path
-from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for, owed_page_problems,
+from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, SessionWriter, alerts_for,
+                                   kill9_rounds, owed_page_problems,
                                     wait_for, write)
 
 SETTLE = 2.0
@@ -92,18 +93,15 @@ def test_kill9_inside_settle_then_next_prompt_while_down_pages_once(tmp_path, ag
         receiver.close()
 
 
-class Writer(threading.Thread):
+class Writer(SessionWriter):
     """Turns of both agents at agent-like pace, each ended explicitly
     (completion or error) and left the state for ``hold`` seconds of record
     time before the next prompt, whether the exporter is up or not. Records
     what each session owes (its turn ends)."""
 
     def __init__(self, root: Path, n: int, seed: int, hold: float):
-        super().__init__(daemon=True)
-        self.rng = random.Random(seed)
+        super().__init__(seed)
         self.hold = hold
-        self.stop_flag = threading.Event()
-        self.sessions = []
         for i in range(n):
             agent = "claude_code" if i % 2 == 0 else "codex"
             s, path = _session(root, agent, f"{seed:06d}{i:06d}")
@@ -112,15 +110,8 @@ class Writer(threading.Thread):
         self.final: dict[str, str] = {}
         self.lock = threading.Lock()
 
-    def run(self):
-        threads = [threading.Thread(target=self._turns, args=(i,), daemon=True) for i in range(len(self.sessions))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _turns(self, i: int):
-        agent, s, path = self.sessions[i]
+    def write_turns(self, entry):
+        agent, s, path = entry
         rng = random.Random(self.rng.random())
         time.sleep(rng.uniform(0, 1))
         while not self.stop_flag.is_set():
@@ -168,15 +159,7 @@ def test_kill9_random_loop_every_turn_end_pages_once(tmp_path):
     exp = Daemon(tmp_path, receiver=receiver, config=CONFIG).start()
     writer.start()
     try:
-        for _ in range(rounds):
-            # up for a while (sometimes only inside settle), then down for a while
-            time.sleep(rng.choice((rng.uniform(0.1, 0.8), rng.uniform(0.5, 4.0))))
-            exp.kill9()
-            time.sleep(rng.uniform(0, 3.0))
-            exp.start()
-        writer.stop_flag.set()
-        writer.join(timeout=60)
-        assert not writer.is_alive()
+        kill9_rounds(exp, writer, rounds, rng, up=(0.1, 0.8, 0.5, 4.0))
         problems, total = owed_page_problems(exp, receiver, writer, SETTLE)
         print(f"\nkill -9 rounds: {rounds}; turn ends: {total}; pages: {len(receiver.messages)}")
         assert not problems, problems
@@ -185,4 +168,47 @@ def test_kill9_random_loop_every_turn_end_pages_once(tmp_path):
     finally:
         writer.stop_flag.set()
         exp.stop()
+        receiver.close()
+
+
+def test_a_page_whose_delivery_a_kill_interrupted_is_sent_again_and_says_so(tmp_path):
+    """The receiver holds the first delivery open (the ledger says
+    "sending"); kill -9; after the restart the page comes again, once, with
+    the line that says it may have reached the user already. A turn end
+    killed before its delivery began ("pending": it never went out) is
+    paged without that line."""
+    from coding_agent_exporter.courier import SENT_AGAIN
+
+    release = threading.Event()
+    held = Receiver()
+    handler = held.server.RequestHandlerClass
+    post = handler.do_POST
+
+    def slow_post(self):
+        release.wait(30)  # the delivery hangs until the exporter is gone
+        post(self)
+    handler.do_POST = slow_post
+    receiver = Receiver()
+    config = {"alerts": {"settle_seconds": 0.3}}
+    s, t = ClaudeSession("e3190000-0000-4000-8000-000000000401"), ClaudeSession("e3190000-0000-4000-8000-000000000402")
+    p, q = claude_path(tmp_path, s.sid), claude_path(tmp_path, t.sid)
+    exp = Daemon(tmp_path, receiver=held, config=config).start()
+    try:
+        write(p, s.prompt() + s.text() + s.turn_duration())
+        ledger = tmp_path / "state" / "alerts-ledger.json"
+        wait_for(lambda: ledger.exists() and '"sending"' in ledger.read_text(), what="the ledger saying sending")
+        exp.kill9()
+        release.set()
+        write(q, t.prompt() + t.text() + t.turn_duration())  # ended while down: never went out
+        exp = Daemon(tmp_path, receiver=receiver, config=config).start()
+        wait_for(lambda: alerts_for(receiver, s.sid) and alerts_for(receiver, t.sid), what="both pages")
+        time.sleep(1.5)
+        again, fresh = alerts_for(receiver, s.sid), alerts_for(receiver, t.sid)
+        assert len(again) == 1 and SENT_AGAIN in again[0]["message"], again
+        assert len(fresh) == 1 and SENT_AGAIN not in fresh[0]["message"], fresh
+        assert "sent_again=True" in exp.log()
+    finally:
+        release.set()
+        exp.stop()
+        held.close()
         receiver.close()

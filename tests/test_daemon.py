@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from harness import (CASES, ROOT, TRANSCRIPTS, Exporter, Receiver, claude_path, codex_path, free_port,
+from harness import (CASES, ROOT, TRANSCRIPTS, Exporter, Receiver, claude_path, codex_path,
                      session_id_of, wait_for)
 
 SID = "c0de0000-0000-4000-8000-000000000001"
@@ -266,15 +266,17 @@ def test_landing_health_ready(exporter):
 def test_readme_run_command_with_no_agent_folders(tmp_path):
     """`python3 -m coding_agent_exporter run` with default roots on a machine with no agent
     folders: starts, says what it waits for, serves /metrics on loopback."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "COPILOT_HOME",
                                                             "PI_CODING_AGENT_DIR", "PI_CODING_AGENT_SESSION_DIR")}
     env.update(HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"))
     log = tmp_path / "log"
+    listen_url = tmp_path / "state" / "coding-agent-exporter" / "listen-url"  # the port it got for port 0
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--web.listen-address", f"127.0.0.1:{port}"],
+        proc = subprocess.Popen([sys.executable, "-m", "coding_agent_exporter", "run", "--web.listen-address", "127.0.0.1:0"],
                                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
+            port = int(wait_for(lambda: listen_url.is_file() and listen_url.read_text().strip(), timeout=20,
+                                what="state_dir/listen-url").rpartition(":")[2])
             def up():
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:

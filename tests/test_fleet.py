@@ -253,9 +253,9 @@ def by_machine(ex: Exporter) -> dict:
 def test_fleet_view_lists_every_machine_and_keeps_a_stopped_one_as_down(tmp_path):
     b_root = tmp_path / "b"
     claude_session(b_root, "0b000000-0000-4000-8000-00000000000b", "/home/dev/api")
-    from harness import free_port
-    dead = f"http://127.0.0.1:{free_port()}"  # a port nothing listens on
-    with Exporter(b_root, {"machine": "bee"}) as b:
+    from harness import closed_port
+    with closed_port() as port, Exporter(b_root, {"machine": "bee"}) as b:
+        dead = f"http://127.0.0.1:{port}"  # a port nothing listens on (held, so no other server gets it)
         claude_session(tmp_path / "a", "0a000000-0000-4000-8000-00000000000a")
         a = Exporter(tmp_path / "a", {"machine": "ay", "fleet": {
             "peers": [f"http://127.0.0.1:{b.port}", dead], "poll_interval_seconds": 0.3}})

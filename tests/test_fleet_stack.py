@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from browser import Browser, chromium
-from harness import ROOT, Exporter, Proc, Receiver, claude_path, free_port, wait_for
+from harness import ROOT, Exporter, Proc, Receiver, claude_path, listening_port, wait_for
 from test_hardening_support import ClaudeSession, write
 
 RULES = ROOT / "config" / "rules" / "coding-agent.rules.yml"
@@ -69,6 +69,14 @@ def metric(url: str, name: str, headers: dict | None = None, **labels) -> float:
         if all(got.get(k) == v for k, v in labels.items()):
             total += float(m.group(4))
     return total
+
+
+def _am_status(base: str) -> dict | None:
+    """Alertmanager's ``/api/v2/status`` (its cluster's peers with their gossip addresses), or None while down."""
+    try:
+        return json.loads(get(base + "/api/v2/status"))
+    except OSError:
+        return None
 
 
 class Machine(Exporter):
@@ -164,20 +172,23 @@ def test_three_machines_one_prometheus_one_alertmanager_pair_one_pager(tmp_path)
         am_path.write_text(yaml.safe_dump(am_cfg))
         r = subprocess.run(["amtool", "check-config", str(am_path)], capture_output=True, text=True)
         assert r.returncode == 0, r.stdout + r.stderr
-        am_ports = [free_port(), free_port()]
-        gossip = [free_port(), free_port()]
-        ams = []
+        # Every port is 0, bound by the server itself (no race between xdist workers): the second
+        # member joins the first at the gossip address the first one's API reports.
+        ams, am_urls, peer = [], [], []
         for i in (0, 1):
             ams.append(Proc([alertmanager, f"--config.file={am_path}", f"--storage.path={tmp_path / f'am{i}'}",
-                             f"--web.listen-address=127.0.0.1:{am_ports[i]}",
-                             f"--cluster.listen-address=127.0.0.1:{gossip[i]}",
-                             f"--cluster.peer=127.0.0.1:{gossip[1 - i]}",
+                             "--web.listen-address=127.0.0.1:0", "--cluster.listen-address=127.0.0.1:0", *peer,
                              # both members send at once: the exporter, not the gossip, makes it one page
                              "--cluster.peer-timeout=0s", "--cluster.gossip-interval=50ms",
                              "--cluster.pushpull-interval=1s", "--cluster.settle-timeout=2s",
                              "--log.level=info"], tmp_path / f"am{i}.log", tmp_path))
             procs.append(ams[-1])
-        am_urls = [f"http://127.0.0.1:{p}" for p in am_ports]
+            am_urls.append(f"http://127.0.0.1:{listening_port(ams[-1])}")
+            if not peer:
+                status = wait_for(lambda: _am_status(am_urls[0]), timeout=20, what="the first member's cluster")
+                peer = [f"--cluster.peer={status['cluster']['peers'][0]['address']}"]
+        wait_for(lambda: all(len((_am_status(u) or {}).get("cluster", {}).get("peers") or ()) == 2 for u in am_urls),
+                 timeout=20, what=f"the two members joined\n{ams[1].tail()}")
 
         # -- Prometheus: file_sd with the three machines, the shipped rules -----------
         rules = yaml.safe_load(RULES.read_text())
@@ -193,11 +204,11 @@ def test_three_machines_one_prometheus_one_alertmanager_pair_one_pager(tmp_path)
         (tmp_path / "sd").mkdir()
         for m in machines.values():
             (tmp_path / "sd" / f"{m.name}.yml").write_text(yaml.safe_dump([{"targets": [m.target]}]))
-        pport = free_port()
         prom_cfg = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(rules_path)],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{p}" for p in am_ports]}]}]},
+            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [u.removeprefix("http://")
+                                                                              for u in am_urls]}]}]},
             "scrape_configs": [{"job_name": "coding-agent-exporter",
                                 "basic_auth": {"username": "ops", "password_file": str(tmp_path / "password")},
                                 "file_sd_configs": [{"files": [str(tmp_path / "sd" / "*.yml")],
@@ -205,10 +216,10 @@ def test_three_machines_one_prometheus_one_alertmanager_pair_one_pager(tmp_path)
         }
         (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(prom_cfg))
         prom = Proc([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                     f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{pport}",
-                     "--log.level=warn"], tmp_path / "prometheus.log", tmp_path)
+                     f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--web.listen-address=127.0.0.1:0",
+                     "--log.level=info"], tmp_path / "prometheus.log", tmp_path)
         procs.append(prom)
-        prom_url = f"http://127.0.0.1:{pport}"
+        prom_url = f"http://127.0.0.1:{listening_port(prom)}"
 
         def prom_query(q: str) -> list:
             try:

@@ -362,7 +362,8 @@ def test_default_listen_address_is_loopback(tmp_path):
     exp.ready_check = serving
     try:
         exp.start()
-        assert _listening(port, exp.proc.pid) == {"127.0.0.1"}
+        # /proc/PID/net/tcp is read in pieces, not at one instant: a busy machine's read can miss a row
+        assert wait_for(lambda: _listening(port, exp.proc.pid), timeout=5, what="the listener") == {"127.0.0.1"}
         assert exp.port == port  # what it wrote to state_dir/listen-url
     finally:
         exp.stop()

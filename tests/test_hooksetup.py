@@ -195,26 +195,62 @@ def test_claude_http_hook_with_basic_auth_keeps_the_password_out():
         assert "pw" not in json.dumps(handler)
 
 
-def test_copilot_cli_http_hooks_in_their_own_file_under_copilot_home(tmp_path):
+def test_copilot_cli_command_hooks_in_their_own_file_under_copilot_home(tmp_path):
     """Copilot CLI merges every ``$COPILOT_HOME/hooks/*.json``: ``Stop`` and ``Notification`` (Claude
-    names, nested shape) as HTTP hooks to ``/hooks/copilot_cli``; the loopback opt-in is said."""
+    names, nested shape) as command hooks running ``hook --agent copilot_cli`` (no loopback opt-in
+    needed); ``--http`` gives HTTP hooks to ``/hooks/copilot_cli``, and then the opt-in is said."""
     r = cli("print", "--agent", "copilot_cli", "--url", "http://127.0.0.1:9911")
     assert r.returncode == 0, r.stderr
     block = json.loads(r.stdout)
     assert list(block["hooks"]) == ["Notification", "Stop"]
     for event in ("Notification", "Stop"):
         (h,) = handlers(block, event)
-        assert (h["type"], h["url"]) == ("http", "http://127.0.0.1:9911/hooks/copilot_cli")
-    assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in r.stderr
+        assert h["type"] == "command" and h["command"].endswith(" hook --agent copilot_cli --url http://127.0.0.1:9911")
+        assert 0 < h["timeout"] <= 10 and "headers" not in h
+    assert "COPILOT_HOOK_ALLOW_LOCALHOST" not in r.stderr
     env = {**os.environ, "COPILOT_HOME": str(tmp_path / "copilot")}
     out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent", "copilot_cli"],
                          capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     path = tmp_path / "copilot" / "hooks" / "coding-agent-exporter.json"
     assert json.loads(path.read_text()) == json.loads(cli("print", "--agent", "copilot_cli").stdout)
-    assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in out.stdout + out.stderr
-    refused = cli("print", "--agent", "copilot_cli", "--command")
-    assert refused.returncode == 2 and "HTTP hooks" in refused.stderr and not refused.stdout
+    assert "The hooks run" in out.stdout and "COPILOT_HOOK_ALLOW_LOCALHOST" not in out.stdout + out.stderr
+    http = cli("print", "--agent", "copilot_cli", "--http", "--url", "http://127.0.0.1:9911")
+    for event in ("Notification", "Stop"):
+        (h,) = handlers(json.loads(http.stdout), event)
+        assert (h["type"], h["url"]) == ("http", "http://127.0.0.1:9911/hooks/copilot_cli")
+    assert "COPILOT_HOOK_ALLOW_LOCALHOST=1" in http.stderr
+    assert cli("print", "--agent", "copilot_cli", "--command").returncode == 0
+
+
+def test_no_file_install_writes_holds_the_secret_and_old_inline_secrets_move_out(tmp_path: Path):
+    """Every agent's hook file (often in a dotfiles repository) and its backups: after ``hooks
+    install`` none holds the hook secret. Claude Code's and Copilot CLI's files start from an
+    earlier install's HTTP hooks with the secret inline; installing again turns them into command
+    hooks in place and takes the secret out of the backup too."""
+    state = tmp_path / "state"
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(state)}))
+    folders = {a: tmp_path / a for a in ("claude_code", "codex", "copilot_cli", "gemini_cli")}
+    for agent, folder in folders.items():
+        folder.mkdir()
+        f = folder / "hooks.json"
+        f.write_text('{"model": "opus"}\n' if agent != "codex" else "{}\n")
+        if agent in ("claude_code", "copilot_cli"):  # the earlier, inline-secret install
+            old = cli("install", "--agent", agent, "--http", "--file", str(f), "--config.file", str(cfg))
+            assert old.returncode == 0, old.stderr
+    secret = (state / "hook-secret").read_text().strip()
+    assert secret in (folders["copilot_cli"] / "hooks.json").read_text()
+    for agent, folder in folders.items():
+        r = cli("install", "--agent", agent, "--file", str(folder / "hooks.json"), "--config.file", str(cfg))
+        assert r.returncode == 0, (agent, r.stderr)
+        written = list(folder.iterdir())
+        assert len(written) == (3 if agent in ("claude_code", "copilot_cli") else 2), written  # file + backups
+        for f in written:
+            assert secret not in f.read_text(), (agent, f.name)
+        block = json.loads((folder / "hooks.json").read_text())
+        assert all(h["type"] == "command" and f" hook --agent {agent} --url " in h["command"]
+                   for groups in block["hooks"].values() for g in groups for h in g["hooks"]), agent
 
 
 def test_claude_http_hooks_carry_the_exporters_secret_and_command_hooks_do_not(tmp_path: Path):

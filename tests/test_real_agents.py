@@ -17,7 +17,7 @@ tests/agents/versions.json) or ``latest``; from ``CAE_AGENTS_DIR`` (an
 ``tests/agents/install.py`` installs), else ``/opt/agents`` for ``pinned``. The
 agents' ``--version`` must name the line's versions. Without root/``unshare``,
 tmux or the agents the suite skips, and fails when ``CI`` is set. Backoff
-scenarios run with ``CAE_SLOW=1``.
+scenarios and the second-line ones (``scenarios.SECOND_LINE``) run with ``CAE_SLOW=1``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(AGENTS))
 
 from install import pinned  # noqa: E402
-from scenarios import SCENARIOS  # noqa: E402
+from scenarios import SCENARIOS, SECOND_LINE  # noqa: E402
 
 LINE = os.environ.get("CAE_AGENTS_LINE", "pinned")
 SLOW = os.environ.get("CAE_SLOW") == "1"
@@ -112,6 +112,9 @@ def _skip_reason(name: str, short: bool = False) -> str | None:
     s = SCENARIOS[name]
     if s.slow and not SLOW:
         return "slow (CAE_SLOW=1)" if short else "backoff retries: slow (CAE_SLOW=1)"
+    if name in SECOND_LINE and not SLOW:
+        return "second line (CAE_SLOW=1)" if short else \
+            "a second scenario of a kind the default run covers: CAE_SLOW=1 runs it"
     if s.needs == "registry" and not _registry_support():
         return "needs the registry (issue 23)" if short else \
             "needs the exporter to read Claude Code's session registry (issue 23)"

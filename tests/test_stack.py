@@ -20,7 +20,7 @@ import json
 import os
 import re
 import shutil
-import socket
+import signal
 import subprocess
 import sys
 import threading
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import Proc
+from harness import Proc, listening_port
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stack"
@@ -504,12 +504,6 @@ def test_promtool_test_rules():
 # Integration: real exporter + real Prometheus
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # Everything here is on loopback: never go through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -695,22 +689,29 @@ def stack(tmp_path_factory):
               30, [(exporter.p, exporter.log)])
 
         # Prometheus: the repository's config with test targets and intervals.
-        pport = _free_port()
         prom_cfg = _load_yaml(PROM_CONFIG)
         prom_cfg["global"]["scrape_interval"] = "1s"
         prom_cfg["global"]["evaluation_interval"] = "1s"
         prom_cfg["rule_files"] = [str(RULES)]
         prom_cfg.pop("alerting", None)
-        for job in prom_cfg["scrape_configs"]:
-            target = f"127.0.0.1:{eport}" if job["job_name"] == EXPORTER_JOB else f"127.0.0.1:{pport}"
-            job["static_configs"] = [{"targets": [target]}]
-        prom_cfg_path = tmp / "prometheus.yml"
-        prom_cfg_path.write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
-        check = _promtool("check", "config", str(prom_cfg_path))
-        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
-        prom = Proc([prometheus, f"--config.file={prom_cfg_path}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                      f"--web.listen-address=127.0.0.1:{pport}", "--log.level=warn"], tmp / "prometheus.log", tmp)
+
+        def write_prom_cfg(pport: int | None) -> Path:
+            """The config with test targets; Prometheus's own job once it has its port (0 asked for)."""
+            for job in prom_cfg["scrape_configs"]:
+                target = f"127.0.0.1:{eport}" if job["job_name"] == EXPORTER_JOB else pport and f"127.0.0.1:{pport}"
+                job["static_configs"] = [{"targets": [target] if target else []}]
+            path = tmp / "prometheus.yml"
+            path.write_text(yaml.safe_dump(prom_cfg), encoding="utf-8")
+            check = _promtool("check", "config", str(path))
+            assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+            return path
+
+        prom = Proc([prometheus, f"--config.file={write_prom_cfg(None)}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                     "--web.listen-address=127.0.0.1:0", "--log.level=info"], tmp / "prometheus.log", tmp)
         procs.append(prom)
+        pport = listening_port(prom)
+        write_prom_cfg(pport)
+        prom.p.send_signal(signal.SIGHUP)  # reload: now it scrapes itself too
         base = f"http://127.0.0.1:{pport}"
         watched = [(exporter.p, exporter.log), (prom.p, prom.log)]
         _wait("prometheus ready", lambda: _get(f"{base}/-/ready") is not None, 30, watched)
@@ -724,6 +725,8 @@ def stack(tmp_path_factory):
             return bool(res) and res[0]["value"][1] == "1"
 
         _wait("first scrapes", lambda: scrapes() >= 3 and up(), 30, watched)
+        _wait("prometheus scraping itself (its port, after the reload)",
+              lambda: [r["value"][1] for r in _query(base, 'up{job="prometheus"}')] == ["1"], 30, watched)
 
         # Phase 2.
         _place_claude(claude, "v2.1.39_turn_end_then_compact.lines1463-1496.jsonl")

@@ -243,18 +243,18 @@ def test_digest_lists_only_sessions_still_waiting(tmp_path):
     alerter.digest.hold(end, {"provider": "claude_code", "session_id": "b", "kind": "completed", "unit": "t1",
                               "since": answered.since, "project": "webapp", "tags": ["completed"]})
     assert Digest(tmp_path / "quiet-digest.json").next_end() == end  # kept on disk
-    alerter._send_digests(end - 1)
-    assert alerter._work.empty()  # not yet
-    alerter._send_digests(end + 5)
-    p = alerter._work.get_nowait()
+    alerter.gate.send_digests(end - 1)
+    assert alerter.courier.work.empty()  # not yet
+    alerter.gate.send_digests(end + 5)
+    p = alerter.courier.work.get_nowait()
     assert p.title == "Quiet hours over: 1 session waits for you"
     assert p.body.splitlines() == ["- api: Codex asks you a question (waiting, waiting 3 h)",
                                    "  Resume: codex resume a", "  Session: a"]
-    assert "b" not in p.body and alerter._work.empty()
+    assert "b" not in p.body and alerter.courier.work.empty()
     assert alerter.ledger["digest:%.0f" % end]["status"] == "pending"
     assert Digest(tmp_path / "quiet-digest.json").held == {}
-    alerter._send_digests(end + 10)  # nothing twice
-    assert alerter._work.empty()
+    alerter.gate.send_digests(end + 10)  # nothing twice
+    assert alerter.courier.work.empty()
 
 
 def test_no_digest_when_every_held_session_was_answered(tmp_path):
@@ -265,8 +265,8 @@ def test_no_digest_when_every_held_session_was_answered(tmp_path):
     alerter.lookup = lambda prov, sid: SimpleNamespace(status=Status("working", turn="t2"))
     alerter.digest.hold(100.0, {"provider": "codex", "session_id": "a", "kind": "completed", "unit": "t1",
                                 "since": 50.0, "project": "api", "tags": []})
-    alerter._send_digests(200.0)
-    assert alerter._work.empty() and not alerter.digest.held
+    alerter.gate.send_digests(200.0)
+    assert alerter.courier.work.empty() and not alerter.digest.held
     assert not [k for k in alerter.ledger if k.startswith("digest:")]
 
 
@@ -317,7 +317,7 @@ def test_digest_leaves_out_a_session_muted_since(tmp_path):
         alerter.digest.hold(100.0, {"provider": "codex", "session_id": sid, "kind": "completed", "unit": "t1",
                                     "since": 50.0, "project": "api", "tags": ["completed"]})
     alerter.noise.mutes.set("sessions", "codex/b", {"turn": "t1"}, now=90.0)
-    alerter._send_digests(200.0)
-    p = alerter._work.get_nowait()
+    alerter.gate.send_digests(200.0)
+    p = alerter.courier.work.get_nowait()
     assert p.title == "Quiet hours over: 1 session waits for you"
     assert "Session: a" in p.body and "Session: b" not in p.body

@@ -6,8 +6,8 @@ Offline, no GitHub sign-in (BYOK): ``COPILOT_OFFLINE=true``,
 ``COPILOT_PROVIDER_BASE_URL`` (the model stand-in on 127.0.0.1),
 ``COPILOT_PROVIDER_TYPE=anthropic``, ``COPILOT_PROVIDER_API_KEY``,
 ``COPILOT_MODEL``. The work folder is trusted in ``~/.copilot/config.json``
-(``trustedFolders``); ``COPILOT_HOOK_ALLOW_LOCALHOST=1`` lets its HTTP hooks
-reach the exporter on loopback. Its first start unpacks about 235 MB into
+(``trustedFolders``); ``hooks install`` gives it command hooks (the ``hook`` command);
+``COPILOT_HOOK_ALLOW_LOCALHOST=1`` would let ``--http`` ones reach the exporter on loopback. Its first start unpacks about 235 MB into
 ``XDG_CACHE_HOME``: one cache folder beside the installed agents is shared
 by every run.
 """

@@ -10,7 +10,6 @@ from ``coding-agent-exporter hooks install --agent gemini_cli`` in ``~/.gemini/s
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -43,22 +42,9 @@ def setup(run, exporter_config: dict, harness) -> None:
     (gdir / "settings.json").write_text(json.dumps(_merge(SETTINGS, run.scn.settings.get("user", {})), indent=2)
                                         + "\n")
     (gdir / "trustedFolders.json").write_text(json.dumps({str(run.work): "TRUST_FOLDER"}) + "\n")
-    run.model = subprocess.Popen(
-        [sys.executable, str(HERE / "fake_gemini.py")], stderr=open(run.out / "model.log", "w"),
-        env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(run.out / "requests.jsonl"),
-             **{k: str(v) for k, v in run.scn.model_env.items()}})
-    run.receiver = harness.Receiver()
     cfg = dict(exporter_config)
     cfg["sources"] = {**cfg["sources"], "gemini_cli": {"paths": [str(gdir / "tmp")]}}
-    cfg = harness.merge(cfg, run.scn.config)
-    run.exporter = harness.Exporter(run.out / "exporter", receiver=run.receiver, config=cfg)
-    run.exporter.start()
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", MODEL_PORT), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    run.start_stand_ins(HERE / "fake_gemini.py", MODEL_PORT, harness.merge(cfg, run.scn.config))
     if run.scn.hooks:
         r = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hooks", "install", "--agent", "gemini_cli",
                             "--url", f"http://127.0.0.1:{run.exporter.port}", "--config.file",

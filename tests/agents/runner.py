@@ -57,6 +57,10 @@ import agent_pi  # noqa: E402
 AGENT_KITS = {m.NAME: m for m in (agent_pi, agent_copilot)}
 
 MODEL_PORT = 8765
+#: The scenarios' step timeouts (an expected state, a screen, the agent's exit) times this
+#: (``CAE_AGENTS_TIME_SCALE``, default 2): a step that comes in time ends its wait at once, and on a
+#: busy machine the agents start and answer several times slower than alone.
+TIME_SCALE = float(os.environ.get("CAE_AGENTS_TIME_SCALE") or 2)
 FAKE_KEY_ANTHROPIC = "sk-ant-fake-0000000000000000000000"
 FAKE_KEY_OPENAI = "sk-fake-0000000000000000000000"
 #: The agents' switches for telemetry, error reports, update checks and other
@@ -127,21 +131,9 @@ class Run:
             roots.update(kit.roots(self.home))
         for r in roots.values():
             r.mkdir(parents=True)
-        self.model = subprocess.Popen(
-            [sys.executable, str(HERE / "model.py")], stderr=open(self.out / "model.log", "w"),
-            env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(MODEL_PORT), "FAKE_LOG": str(self.out / "requests.jsonl"),
-                 **{k: str(v) for k, v in self.scn.model_env.items()}})
-        self.receiver = Receiver()
-        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=merge({
+        self.start_stand_ins(HERE / "model.py", MODEL_PORT, merge({
             **EXPORTER_CONFIG, "sources": {**EXPORTER_CONFIG["sources"],
                                            **{a: {"paths": [str(r)]} for a, r in roots.items()}}}, self.scn.config))
-        self.exporter.start()
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", MODEL_PORT), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         url = f"http://127.0.0.1:{self.exporter.port}"
         if kit:
             kit.setup(self, MODEL_PORT)
@@ -194,6 +186,25 @@ trust_level = "trusted"
                                capture_output=True, text=True, timeout=60)
             if r.returncode != 0:
                 raise Failed(f"hooks install failed: {r.stderr}")
+
+    def start_stand_ins(self, model: Path, port: int, config: dict) -> None:
+        """The model stand-in ``model`` (a script serving 127.0.0.1:``port``, every request logged to
+        ``requests.jsonl``, the scenario's ``model_env`` in its environment), the page receiver and the
+        exporter with ``config``; returns once the exporter is ready and the model takes connections
+        (or after about 5 s: the agent's own error then says why)."""
+        self.model = subprocess.Popen(
+            [sys.executable, str(model)], stderr=open(self.out / "model.log", "w"),
+            env={"PATH": "/usr/bin:/bin", "FAKE_PORT": str(port), "FAKE_LOG": str(self.out / "requests.jsonl"),
+                 **{k: str(v) for k, v in self.scn.model_env.items()}})
+        self.receiver = Receiver()
+        self.exporter = Exporter(self.out / "exporter", receiver=self.receiver, config=config)
+        self.exporter.start()
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
 
     def user_settings(self):
         """The user's own Claude Code settings of the scenario (``Scenario.settings``)."""
@@ -286,8 +297,11 @@ trust_level = "trusted"
 
     # -- the exporter's view ---------------------------------------------------
     def rows(self) -> list[dict]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.exporter.port}/api/v1/sessions", timeout=5) as r:
-            return json.load(r)["sessions"]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.exporter.port}/api/v1/sessions", timeout=20) as r:
+                return json.load(r)["sessions"]
+        except TimeoutError:
+            return []  # starved for 20 s on a busy machine: asked again until the step's deadline
 
     def pages(self) -> list[dict]:
         return [{"kind": page_kind(m.get("title", "")), "title": m.get("title", "")}
@@ -307,7 +321,7 @@ trust_level = "trusted"
 
     def expect(self, state: str, pages: list[str], timeout: float, which: str = "current", **extra):
         want = {"state": state, "pages": pages, **extra}
-        deadline = time.time() + timeout
+        deadline = time.time() + timeout * TIME_SCALE
         got = None
         while True:
             v = self.view(which)
@@ -339,7 +353,7 @@ trust_level = "trusted"
             time.sleep(st[1])
         elif kind == "wait_pane":
             pattern, timeout = st[1], st[2]
-            deadline = time.time() + timeout
+            deadline = time.time() + timeout * TIME_SCALE
             while time.time() < deadline and not re.search(pattern, self.pane()):
                 time.sleep(0.2)
             ok = bool(re.search(pattern, self.pane()))
@@ -376,7 +390,7 @@ trust_level = "trusted"
         elif kind == "call":  # an agent's own step (tests/agents/gemini.py: resume, next_minute)
             st[1](self, *st[2:])
         elif kind == "exited":
-            deadline = time.time() + st[1]
+            deadline = time.time() + st[1] * TIME_SCALE
             while time.time() < deadline and not self.agent_exited():
                 time.sleep(0.2)
             self.note("agent exited", True, self.agent_exited(), self.agent_exited())

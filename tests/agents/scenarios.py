@@ -507,3 +507,19 @@ def _gemini() -> list[Scenario]:
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _all() + _pi_copilot() + _gemini()}
+
+#: Second-line scenarios: each repeats a kind that another scenario of the same agent already covers in
+#: the default run (a dismissed question beside an answered one, a print-mode copy of a TUI case, a
+#: resume beside another resume), or waits by design (a minute boundary). They run with ``CAE_SLOW=1``,
+#: as the record for docs/agents.md does (``CAE_AGENTS_RECORD=1``), so that the default suite stays near
+#: ten minutes on two cores; every kind stays in the default run for every agent.
+SECOND_LINE = frozenset({
+    "claude_question_dismissed", "claude_permission_deny_no_hooks", "claude_print_429_recovers",
+    "claude_exit_after_turn", "claude_clear", "claude_esc_tool_call",
+    "codex_esc_tool_call", "codex_approval_deny",
+    "copilot_compact", "copilot_esc_streaming", "copilot_resume", "copilot_tool_call_print",
+    "gemini_400", "gemini_500_persistent", "gemini_ask_user", "gemini_esc_streaming", "gemini_print_400",
+    "gemini_print_text", "gemini_quit", "gemini_resume_next_minute", "gemini_text_no_hooks",
+    "gemini_tool_deny",
+})
+assert SECOND_LINE <= SCENARIOS.keys(), SECOND_LINE - SCENARIOS.keys()
