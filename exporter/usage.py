@@ -7,9 +7,9 @@ already reads that record type asks for it, so other records cost nothing),
 it appends the record's API responses, each ``(key, model, (input, output,
 cache_read, cache_write, reasoning, cache_write_1h))`` with the raw values
 as the record has them (checked here), or :data:`BAD` (usage the record
-carries but of a shape that cannot be read; a provider's usage function
-answers ``"bad"`` for it). :func:`exporter.ingest.apply_lines`
-hands the list to :func:`take` after each record and empties it. ``key``
+carries but of a shape that cannot be read). :func:`exporter.ingest.apply_lines`
+hands the list to :func:`take` after each record (unless it is one
+response already counted: another line of it) and empties it. ``key``
 identifies the response across lines, files and sessions (Claude
 ``message.id:requestId``, a Codex ``token_count``'s time and totals, a Pi
 entry id, …) or is None (counted each time it is seen, as ccusage does). The
