@@ -564,14 +564,10 @@ class FileDecoder:
 
     def _assistant(self, obj: dict, ev: Event) -> None:
         msg = obj.get("message")
-        if not isinstance(msg, dict):
-            msg = {}
+        msg = msg if isinstance(msg, dict) else {}
         mid = msg.get("id")
-        u = msg.get("usage")
-        if u is not None:
-            got = usage(obj, msg, u)
-            if got is not None:
-                self.usage.append(got)
+        if (u := msg.get("usage")) is not None and (got := usage(obj, msg, u)) is not None:
+            self.usage.append(got)
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
         if ev.message_id is not None and not ev.sidechain:
