@@ -52,7 +52,7 @@ class _File:
     (``name_sid``, ``sidechain``: the provider's ``classify_path``)."""
 
     __slots__ = ("path", "provider", "tailer", "decoder", "session", "sidechain", "name_sid", "last_ts",
-                 "failing", "first_live", "head", "head_unread", "born", "usage")
+                 "failing", "first_live", "head", "head_unread", "born")
 
     def __init__(self, path: str, provider: ModuleType, tailer: Tailer, sid: str | None, sidechain: bool):
         self.path = path
@@ -74,12 +74,9 @@ class _File:
         #: was first seen live, or the checkpoint's time for a file made while
         #: the exporter was down; None for history and backfill (see identity).
         self.born: float | None = None
-        #: The provider's ``usage()`` state for this file (exporter.usage), reset with the decoder.
-        self.usage: dict = {}
 
     def new_decoder(self):
         """A fresh decoder of the provider for this file (at its first read, or after a reset)."""
-        self.usage = {}
         return self.provider.FileDecoder(sidechain_file=self.sidechain, file_session=self.name_sid)
 
     def __getstate__(self):  # a start-up reader process hands files back (parallel.read_start_up)
@@ -172,6 +169,8 @@ class FileTable:
             ev = f.decoder.project(obj) if obj else None
         except Exception:  # unreadable, not JSON, a shape the provider did not foresee: no head
             return
+        finally:
+            f.decoder.usage.clear()  # (the head is not applied: its usage is not counted)
         if ev is not None and ev.kind == SESSION:
             f.head = ev
 

@@ -52,9 +52,8 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
     loads, bad_json = orjson.loads, orjson.JSONDecodeError
     s = f.session
     judge, born = store.identity.judge, f.born
-    usage, ustate = getattr(f.provider, "usage", None), f.usage
-    utypes = getattr(f.provider, "USAGE_TYPES", ())
-    ukeys = store.usage.keys
+    took = f.decoder.usage  # the responses a projected record carries (exporter.usage)
+    counted = store.usage.keys
     for line in lines:
         try:
             obj = loads(line)
@@ -84,8 +83,10 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             m.parse_errors.labels(prov, "unexpected_shape").inc()
             if s is not None:
                 s.counters.parse_errors += 1
+            took.clear()
             continue
         if ev is None:
+            took.clear()
             continue
         ts = ev.ts
         if ts is None:
@@ -99,11 +100,11 @@ def apply_lines(store, f, lines: list[bytes], live: bool) -> None:
             s = bind(store, f, ev if f.head is None or kind == SESSION else f.head)
         counters = s.counters
         counters.lines += 1
-        if usage is not None and type(rt := obj.get("type")) is str and rt in utypes:  # ("type": {...}: no usage)
-            got = usage(obj, ustate)
+        if took:
             # (another line of a response already counted, the common case, is skipped here)
-            if got is not None and not (type(got) is list and len(got) == 1 and got[0][0] in ukeys):
-                _take_usage(store, s, prov, got, live and not ev.replayed, ev.ts)
+            if len(took) > 1 or took[0][0] not in counted:
+                _take_usage(store, s, prov, took, live and not ev.replayed, ev.ts)
+            took.clear()
         if ev.cwd and not s.cwd:
             s.cwd = ev.cwd
         if kind == SESSION or kind == META:

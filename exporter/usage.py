@@ -1,20 +1,23 @@
 """Token and cost accounting: what the agents' records say each API response
 used, counted once per response, and what that costs.
 
-Each provider module has a ``usage(record, state)`` function (its agent's
-field names stay there), asked for the records whose ``type`` is in its
-``USAGE_TYPES``, that returns ``None`` (no usage on this record),
-:data:`BAD` (usage the record carries but of a shape that cannot be read) or
-a list of responses ``(key, model, (input, output, cache_read, cache_write,
-reasoning), cache_write_1h)``: raw values as the record has them, checked
-here. ``key`` identifies the response across lines, files and sessions
-(Claude ``message.id:requestId``, a Codex ``token_count``'s time and totals,
-a Pi entry id, …) or is None (counted each time it is seen, as ccusage does).
-``state`` is a dict per file that the provider may keep (Codex: the model of
-the turn, the last totals); it starts empty and is reset with the file.
+Each provider's ``FileDecoder`` has a list ``usage``: while it projects a
+record that carries usage (and only then: the branch of its projection that
+already reads that record type asks for it, so other records cost nothing),
+it appends the record's API responses, each ``(key, model, (input, output,
+cache_read, cache_write, reasoning, cache_write_1h))`` with the raw values
+as the record has them (checked here), or :data:`BAD` (usage the record
+carries but of a shape that cannot be read). :func:`exporter.ingest.apply_lines`
+hands the list to :func:`take` after each record (unless it is one
+response already counted: another line of it) and empties it. ``key``
+identifies the response across lines, files and sessions (Claude
+``message.id:requestId``, a Codex ``token_count``'s time and totals, a Pi
+entry id, …) or is None (counted each time it is seen, as ccusage does). The
+state a provider keeps for it (Codex: the model of the turn, the last
+totals) lives in the decoder, so it is reset with the file.
 
 Counting (:func:`take`, called by :func:`exporter.ingest.apply_lines` for
-every record):
+every record that carries usage):
 
 - a response whose key was already counted is not counted again: one API
   response written as several lines (Claude: one line per content block), a
@@ -47,19 +50,20 @@ prompt-size bucket (:data:`EDGES`).
 
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 import os
 import sys
 import threading
+from bisect import bisect_left
 
 log = logging.getLogger(__name__)
 
 #: The token types, in the order of every count tuple (label ``type``).
 TYPES = ("input", "output", "cache_read", "cache_write", "reasoning")
-#: A provider's answer for usage it cannot read.
-BAD = "bad"
+#: A provider's answer for usage it cannot read: a response of no key
+#: (``(key, model, counts)`` like the others, so a batch is looked at alike).
+BAD = (None, "bad", None)
 #: The parse-error reason of :data:`BAD` and of values out of bounds.
 BAD_REASON = "bad_usage"
 #: The most tokens of one type one response may have (the largest context
@@ -86,20 +90,24 @@ def _count(v) -> int | None:
     return None
 
 
-def check(raw: tuple, h1=0) -> tuple | None:
+#: The type of every value of a response in the common case (whole numbers).
+_INTS = frozenset({int})
+
+
+def check(raw: tuple) -> tuple | None:
     """``(input, output, cache_read, cache_write, reasoning, cache_write_1h)``
-    as ints from a provider's raw values, or None when one is not a token
-    count (the 1 h cache writes, a part of ``cache_write``, are capped by it)."""
+    as ints from a provider's raw values (the same six), or None when one is
+    not a token count (the 1 h cache writes, a part of ``cache_write``, are
+    capped by it)."""
+    if _INTS.issuperset(map(type, raw)):  # whole numbers: only the bounds can be wrong (e.g. negative)
+        return (*raw[:5], min(raw[5], raw[3])) if 0 <= min(raw) and max(raw) <= MAX_TOKENS else None
     out = []
     for v in raw:
         n = _count(v)
         if n is None:
             return None
         out.append(n)
-    n = _count(h1)
-    if n is None:
-        return None
-    out.append(min(n, out[3]))
+    out[5] = min(out[5], out[3])
     return tuple(out)
 
 
@@ -117,15 +125,6 @@ class Tally:
         self.keys: list = []
         self.version = 0
         self._summary = None
-
-    def add(self, model: str, bucket: int, hour: int, vals: tuple) -> None:
-        got = self.tokens.get((model, bucket, hour))
-        if got is None:
-            self.tokens[(model, bucket, hour)] = list(vals)
-        else:
-            for i, v in enumerate(vals):
-                got[i] += v
-        self.version += 1
 
     def summary(self, prices: Prices) -> dict:
         """``{model: {"input", "output", "cache_read", "cache_write",
@@ -242,11 +241,7 @@ class Accounting:
         k = (provider, model, bucket)
         with self._lock:
             got = self.counted.get(k)
-            if got is None:
-                self.counted[k] = list(vals)
-            else:
-                for i, v in enumerate(vals):
-                    got[i] += v
+            self.counted[k] = list(vals) if got is None else [x + y for x, y in zip(got, vals)]
             self.version += 1
 
     def forget(self, tally: Tally) -> None:
@@ -309,38 +304,56 @@ class Accounting:
             self.add(prov, model, bucket, vals)
 
 
-def take(store, s, provider: str, got, live: bool, ts: float | None = None) -> None:
-    """Count what one record's ``usage(record, state)`` gave (see the module
-    doc) for session ``s`` of ``store``: into ``s.usage`` always, into
-    ``store.usage``'s counters when ``live`` (news) or on a first start.
-    ``ts``: the record's time (Unix seconds). The caller holds the store's
-    lock."""
+def take(store, s, provider: str, got: list, live: bool, ts: float | None = None) -> None:
+    """Count the responses one record gave (a decoder's ``usage`` list: see
+    the module doc) for session ``s`` of ``store``: into ``s.usage`` always,
+    into ``store.usage``'s counters when ``live`` (news) or on a first
+    start. ``ts``: the record's time (Unix seconds). The caller holds the
+    store's lock. Every response read goes through here: it keeps to
+    locals and few bytecodes (docs/performance.md, "The token accounting")."""
     acct = store.usage
-    if got is BAD:
-        store.metrics.parse_errors.labels(provider, BAD_REASON).inc()
-        s.counters.parse_errors += 1
-        return
     keys = acct.keys
-    for key, model, raw, h1 in got:
-        if key is not None and key in keys:
-            continue  # this response was counted: another line of it, a copy, a file read again
-        a, b, c, d, e = raw
-        if (type(a) is int and type(b) is int and type(c) is int and type(d) is int and type(e) is int
-                and type(h1) is int and 0 <= h1 <= d and 0 <= min(a, b, c, d, e) and max(a, b, c, d, e) <= MAX_TOKENS):
-            vals = (a, b, c, d, e, h1)  # the common case: whole numbers in bounds
-        else:
-            vals = check(raw, h1)
+    tally = s.usage
+    for r in got:
+        key, model, vals = r
+        if key is not None:
+            if key in keys:
+                continue  # this response was counted: another line of it, a copy, a file read again
+        elif r is BAD:
+            store.metrics.parse_errors.labels(provider, BAD_REASON).inc()
+            s.counters.parse_errors += 1
+            continue
+        a, b, c, d, e, h = vals
+        try:  # the common case: whole numbers in bounds (a float, a string or None raises here)
+            ok = 0 <= (a | b | c | d | e | h) <= MAX_TOKENS and h <= d \
+                and type(a) is type(b) is type(c) is type(d) is type(e) is type(h) is int  # (not bool)
+        except TypeError:
+            ok = False
+        if not ok:
+            vals = check(vals)
             if vals is None:
                 store.metrics.parse_errors.labels(provider, BAD_REASON).inc()
                 s.counters.parse_errors += 1
                 continue
+            a, b, c, d, e, h = vals
         if key is not None:
             keys[key] = None
-            s.usage.keys.append(key)
+            tally.keys.append(key)
         if not (a or b or c or d or e):
-            continue
-        bucket = bisect.bisect_left(EDGES, vals[0] + vals[2] + vals[3])
-        s.usage.add(model, bucket, int(ts // 3600) if ts is not None else -1, vals)
+            continue  # nothing used
+        bucket = bisect_left(EDGES, a + c + d)
+        k = (model, bucket, int(ts // 3600) if ts is not None else -1)
+        old = tally.tokens.get(k)
+        if old is None:
+            tally.tokens[k] = [a, b, c, d, e, h]
+        else:
+            old[0] += a
+            old[1] += b
+            old[2] += c
+            old[3] += d
+            old[4] += e
+            old[5] += h
+        tally.version += 1
         if live or acct.count_all:
             acct.add(provider, model, bucket, vals)
 

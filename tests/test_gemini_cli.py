@@ -18,6 +18,7 @@ import pytest
 
 from coding_agent_exporter.events import COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK
 from coding_agent_exporter.providers import gemini_cli, sniff
+from coding_agent_exporter.usage import BAD
 from gemini_replay import FIXTURES, backfill, replay, runs
 from harness import Exporter, Receiver, wait_for
 
@@ -226,14 +227,20 @@ def test_tokens_per_response_counted_once(tmp_path):
     message twice (without, then with ``toolCalls``); ``scan`` shows the session's tokens."""
     (f,) = (FIXTURES / "tui_touch_allow" / "files").rglob("session-*.jsonl")
     recs = [json.loads(ln) for ln in f.read_text().splitlines()]
-    got = [gemini_cli.usage(r, {}) for r in recs if r.get("type") in gemini_cli.USAGE_TYPES]
-    assert got[0] == [("gemini:0920af1a-0194-4758-9bda-7a523e8398f9", "gemini-3.8-flash", (120, 20, 0, 0, 0), 0)]
+    dec = gemini_cli.FileDecoder()
+    got = []
+    for r in recs:
+        dec.project(r)
+        got += dec.usage
+        dec.usage.clear()
+    assert got[0] == ("gemini:0920af1a-0194-4758-9bda-7a523e8398f9", "gemini-3.8-flash", (120, 20, 0, 0, 0, 0))
     assert got[0] == got[1]  # the same response again, with its toolCalls: one key
     assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": {"input": 100, "output": 5, "cached": 40,
-                                                                      "thoughts": 7, "tool": 3}, "model": "m"}, {}) \
-        == [("gemini:x", "m", (63, 12, 40, 0, 7), 0)]
-    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": "many"}, {}) == "bad"
-    assert gemini_cli.usage({"type": "user", "id": "u"}, {}) is None
+                                                                      "thoughts": 7, "tool": 3}, "model": "m"}) \
+        == ("gemini:x", "m", (63, 12, 40, 0, 7, 0))
+    assert gemini_cli.usage({"type": "gemini", "id": "x", "tokens": "many"}) is BAD
+    dec.project({"type": "user", "id": "u", "tokens": {"input": 1}})
+    assert dec.usage == []  # only gemini messages carry usage
     root = tmp_path / ".gemini" / "tmp"
     path = _place("tui_touch_allow", root)
     os.utime(path, (time.time() - 3600, time.time() - 3600))

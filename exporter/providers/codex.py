@@ -53,6 +53,7 @@ from pathlib import Path
 from ..decode import LineError, decode_line, parse_timestamp
 from ..names import STOP_FAILURE_KINDS
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "codex"
 LABEL = "Codex"
@@ -193,13 +194,16 @@ class FileDecoder:
         self._review = False  # the turn's approvals go to Codex's reviewer first
         self._goal_active = False  # a /goal is active: Codex continues by itself
         self._held_turn: str | None = None  # a task_complete held for the goal (its turn id)
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
+        self._ustate: dict = {}  # usage(): the turn's model, the last token_count's totals
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it)."""
         ts = parse_timestamp(obj.get("timestamp"))
         payload = obj.get("payload")
         if isinstance(payload, dict):
-            ev = self._envelope(obj.get("type"), payload, ts)
+            ev = self._envelope(obj, payload, ts)
         elif "payload" in obj:
             ev = Event(META, ts=ts)
         else:
@@ -295,8 +299,8 @@ class FileDecoder:
         return Event(SESSION, ts=ts, session_id=sid if isinstance(sid, str) else None,
                      cwd=cwd if isinstance(cwd, str) else None, subagent=sub, parent_id=parent)
 
-    def _envelope(self, rtype, payload: dict, ts: float | None) -> Event:
-        ptype = payload.get("type")
+    def _envelope(self, obj: dict, payload: dict, ts: float | None) -> Event:
+        rtype, ptype = obj.get("type"), payload.get("type")
         turn_id = payload.get("turn_id")
         ev = Event(META, ts, turn_id=turn_id if isinstance(turn_id, str) else None)
         if rtype == "session_meta":
@@ -307,12 +311,19 @@ class FileDecoder:
             ev.detail = "turn_context"
             reviewer = payload.get("approvals_reviewer")
             self._review = isinstance(reviewer, str) and reviewer != "user"
+            model = payload.get("model")
+            if type(model) is str and model.strip():
+                self._ustate["model"] = model.strip()  # the model of the token_counts that follow
             return ev
         if rtype == "compacted":
             ev.detail = "compaction"
             return ev
         if rtype == "event_msg":
-            if ptype in ("task_started", "turn_started"):
+            if ptype == "token_count":
+                got = usage(obj, payload, self._ustate)
+                if got is not None:
+                    self.usage.append(got)
+            elif ptype in ("task_started", "turn_started"):
                 ev.kind, ev.detail = START, ptype
             elif ptype in ("task_complete", "turn_complete") and isinstance(payload.get("error"), dict):
                 ev.kind, ev.detail = ERROR, ptype  # a failed turn reported as complete (0.160)
@@ -448,51 +459,40 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"turn_context", "event_msg"})
-
-
 def _token_model(payload: dict, info: dict):
     """The model a ``token_count`` names itself (``info.model``,
     ``info.model_name``, ``payload.model``; as @ccusage/codex reads it)."""
+    v = info.get("model") or info.get("model_name") or payload.get("model")
+    if v is None:
+        return None  # (the common case: no model on the record)
     for v in (info.get("model"), info.get("model_name"), payload.get("model")):
         if type(v) is str and v.strip():
             return v.strip()
     return None
 
 
-def usage(obj: dict, state: dict):
-    """The usage of an ``event_msg`` ``token_count`` (see :mod:`exporter.usage`;
-    Codex 0.5x–0.171): ``info.last_token_usage`` (else the growth of
-    ``info.total_token_usage``) ``input_tokens`` (cached ones included:
-    reported as input without them, and ``cached_input_tokens`` as cache
-    reads), ``output_tokens`` (``reasoning_output_tokens`` included: reported
-    as reasoning too, priced once as output). A ``token_count`` whose totals
-    equal the previous one's (Codex writes one again with new rate limits)
-    is no new usage. Model: the record's own, else the last ``turn_context``'s
-    ``model``, else ``unknown`` (no price: never guessed). Key: the record's
-    time and totals (a fork's copy of its parent's records is counted once).
-    ``state`` keeps ``model`` and ``totals`` per file."""
-    rtype = obj.get("type")
-    if rtype == "turn_context":
-        p = obj.get("payload")
-        m = p.get("model") if type(p) is dict else None
-        if type(m) is str and m.strip():
-            state["model"] = m.strip()
-        return None
-    if rtype != "event_msg":
-        return None
-    p = obj.get("payload")
-    if type(p) is not dict or p.get("type") != "token_count":
-        return None
+def usage(obj: dict, p: dict, state: dict):
+    """The API response of an ``event_msg`` ``token_count`` (``p``, its
+    payload; see :mod:`exporter.usage`; Codex 0.5x–0.171):
+    ``info.last_token_usage`` (else the growth of ``info.total_token_usage``)
+    ``input_tokens`` (cached ones included: reported as input without them,
+    and ``cached_input_tokens`` as cache reads), ``output_tokens``
+    (``reasoning_output_tokens`` included: reported as reasoning too, priced
+    once as output), or ``BAD``, or None (no usage: rate limits only). A
+    ``token_count`` whose totals equal the previous one's (Codex writes one
+    again with new rate limits) is no new usage. Model: the record's own,
+    else the last ``turn_context``'s ``model`` (the decoder keeps it in
+    ``state["model"]``), else ``unknown`` (no price: never guessed). Key: the
+    record's time and totals (a fork's copy of its parent's records is
+    counted once). ``state`` (per file) keeps ``model`` and ``totals``."""
     info = p.get("info")
     if info is None:
         return None  # rate limits only
     if type(info) is not dict:
-        return "bad"
+        return BAD
     total, last = info.get("total_token_usage"), info.get("last_token_usage")
     if (total is not None and type(total) is not dict) or (last is not None and type(last) is not dict):
-        return "bad"
+        return BAD
     key = None
     if total is not None:
         seen = (total.get("input_tokens"), total.get("cached_input_tokens"), total.get("output_tokens"),
@@ -501,24 +501,25 @@ def usage(obj: dict, state: dict):
         state["totals"] = seen
         if seen == prev:
             return None  # the same totals again: no new response
-        key = f"codex:{obj.get('timestamp')}:{seen}"
-        if last is None:
-            if prev is None:
-                prev = (0, 0, 0, 0)
-            try:
-                last = {"input_tokens": seen[0] - (prev[0] or 0), "cached_input_tokens": (seen[1] or 0) - (prev[1] or 0),
-                        "output_tokens": seen[2] - (prev[2] or 0),
-                        "reasoning_output_tokens": (seen[3] or 0) - (prev[3] or 0)}
-            except TypeError:
-                return "bad"
-    if last is None:
+        key = f"codex:{obj.get('timestamp')}:{seen[0]}:{seen[1]}:{seen[2]}:{seen[3]}"
+    if last is not None:
+        inp, cached = last.get("input_tokens"), last.get("cached_input_tokens") or 0
+        out, reasoning = last.get("output_tokens"), last.get("reasoning_output_tokens") or 0
+    elif total is None:
         return None
+    else:  # the growth of the totals
+        if prev is None:
+            prev = (0, 0, 0, 0)
+        try:
+            inp, cached = seen[0] - (prev[0] or 0), (seen[1] or 0) - (prev[1] or 0)
+            out, reasoning = seen[2] - (prev[2] or 0), (seen[3] or 0) - (prev[3] or 0)
+        except TypeError:
+            return BAD
     model = _token_model(p, info)
     if model is not None:
         state["model"] = model
     model = model or state.get("model") or "unknown"
-    inp, cached = last.get("input_tokens"), last.get("cached_input_tokens") or 0
     if type(inp) in (int, float) and type(cached) in (int, float):
         cached = min(cached, inp)
         inp = inp - cached
-    return [(key, model, (inp, last.get("output_tokens"), cached, 0, last.get("reasoning_output_tokens") or 0), 0)]
+    return (key, model, (inp, out, cached, 0, reasoning, 0))

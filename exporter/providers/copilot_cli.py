@@ -54,6 +54,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import ACTIVITY, COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "copilot_cli"
 LABEL = "Copilot CLI"
@@ -166,6 +167,8 @@ class FileDecoder:
         self._calls: dict[str, str] = {}  # open toolCallId -> toolName
         self._user_calls: dict[str, None] = {}  # toolCallIds of the user's ! commands
         self._requests_open: dict[str, None] = {}  # requestIds of permission prompts not answered yet
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
 
     def project(self, obj: dict) -> Event | None:
         """One decoded line to an :class:`Event` (``None`` to ignore it)."""
@@ -177,6 +180,12 @@ class FileDecoder:
                    detail=rtype if isinstance(rtype, str) and len(rtype) <= 64 else None)
         if not isinstance(rtype, str):
             return ev
+        if rtype == "session.shutdown":
+            got = usage(obj, data)
+            if type(got) is list:
+                self.usage.extend(got)
+            elif got is not None:
+                self.usage.append(got)  # BAD
         if rtype == "permission.requested":  # a subagent's prompt blocks the whole session too
             req = data.get("permissionRequest")
             req = req if isinstance(req, dict) else {}
@@ -338,37 +347,32 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"session.shutdown"})
-
-
-def usage(obj: dict, state: dict):
-    """The usage a ``session.shutdown`` record sums up (see
-    :mod:`exporter.usage`; Copilot CLI 1.0.77): ``data.modelMetrics.<model>.usage``
-    ``inputTokens`` (taken to include ``cacheReadTokens``, as OpenAI's
-    prompt tokens do), ``outputTokens``, ``cacheReadTokens``,
-    ``cacheWriteTokens``, ``reasoningTokens`` (part of the output), one per
-    model, keyed by the record's ``id``. Copilot writes no usage per
-    response: tokens appear when the CLI exits (its ``session.shutdown``),
-    once per run of the CLI."""
-    if obj.get("type") != "session.shutdown":
-        return None
-    data = obj.get("data")
-    metrics = data.get("modelMetrics") if type(data) is dict else None
+def usage(obj: dict, data: dict):
+    """The API usage a ``session.shutdown`` record sums up (``data``, its
+    ``data`` or ``{}``; see :mod:`exporter.usage`; Copilot CLI 1.0.77):
+    ``data.modelMetrics.<model>.usage`` ``inputTokens`` (taken to include
+    ``cacheReadTokens``, as OpenAI's prompt tokens do), ``outputTokens``,
+    ``cacheReadTokens``, ``cacheWriteTokens``, ``reasoningTokens`` (part of
+    the output), one response per model (a list), keyed by the record's
+    ``id``; ``BAD`` when a model's ``usage`` (or ``modelMetrics``) is not
+    an object, None when there is none. Copilot writes no usage per response:
+    tokens appear when the CLI exits (its ``session.shutdown``), once per run
+    of the CLI."""
+    metrics = data.get("modelMetrics")
     if metrics is None:
         return None
     if type(metrics) is not dict:
-        return "bad"
+        return BAD
     rid = obj.get("id")
     out = []
     for model, m in metrics.items():
         u = m.get("usage") if type(m) is dict else None
         if type(u) is not dict:
-            return "bad"
+            return BAD
         inp, cached = u.get("inputTokens"), u.get("cacheReadTokens") or 0
         if type(inp) in (int, float) and type(cached) in (int, float):
             inp = inp - min(cached, inp)
         key = f"copilot:{rid}:{model}" if type(rid) is str and rid else None
         out.append((key, model or "unknown", (inp, u.get("outputTokens"), cached, u.get("cacheWriteTokens") or 0,
-                                               u.get("reasoningTokens") or 0), 0))
+                                              u.get("reasoningTokens") or 0, 0)))
     return out

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import COMPLETE, END, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WAIT, WORK, Event
+from ..usage import BAD
 
 NAME = "gemini_cli"
 LABEL = "Gemini CLI"
@@ -187,7 +188,7 @@ class FileDecoder:
     ``file_session``: its parent's sessionId (the folder's name).
     """
 
-    __slots__ = ("sidechain_file", "file_session", "_have_meta", "_ids", "_prompt", "_last")
+    __slots__ = ("sidechain_file", "file_session", "_have_meta", "_ids", "_prompt", "_last", "usage")
 
     def __init__(self, sidechain_file: bool = False, file_session: str | None = None):
         self.sidechain_file = sidechain_file
@@ -196,6 +197,8 @@ class FileDecoder:
         self._ids: OrderedDict[str, bool] = OrderedDict()  # message id -> a gemini message with toolCalls
         self._prompt: str | None = None  # the open turn's prompt id
         self._last = None  # kind of the last main-thread event given
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
 
     def project(self, obj: dict) -> Event | None:
         """One decoded record to an :class:`Event` (``None`` to ignore it: the ``$set lastUpdated``
@@ -203,6 +206,10 @@ class FileDecoder:
         upd = obj.get("$set")
         if type(upd) is dict and len(upd) == 1 and "lastUpdated" in upd:
             return None
+        if obj.get("type") == "gemini" and "tokens" in obj:
+            got = usage(obj)
+            if got is not None:
+                self.usage.append(got)
         mid = obj.get("id")
         if isinstance(mid, str):
             ev = self._message(obj, mid)
@@ -391,13 +398,9 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"gemini"})
-
-
-def usage(obj: dict, state: dict):
-    """The usage of one ``gemini`` message (see :mod:`exporter.usage`; Gemini
-    CLI 0.61.0): ``tokens`` ``input`` (the API's ``promptTokenCount``: the
+def usage(obj: dict):
+    """The API response of one ``gemini`` message (see :mod:`exporter.usage`:
+    ``(key, model, counts)``, ``BAD`` or None; Gemini CLI 0.61.0): ``tokens`` ``input`` (the API's ``promptTokenCount``: the
     whole prompt, cached part included), ``output`` (``candidatesTokenCount``),
     ``cached`` (``cachedContentTokenCount``), ``thoughts``
     (``thoughtsTokenCount``, billed as output but not in it), ``tool``
@@ -406,13 +409,11 @@ def usage(obj: dict, state: dict):
     (the same tokens), and a resume's ``$set messages`` repeats history inside
     one record (not asked). Counted: input not cached (input − cached + tool),
     output with the thoughts, cache reads, reasoning = the thoughts."""
-    if obj.get("type") != "gemini":
-        return None
     t = obj.get("tokens")
     if t is None:
         return None
     if type(t) is not dict:
-        return "bad"
+        return BAD
     mid, model = obj.get("id"), obj.get("model")
     key = f"gemini:{mid}" if type(mid) is str and mid else None
     model = model if type(model) is str and model else "unknown"
@@ -420,4 +421,4 @@ def usage(obj: dict, state: dict):
     cached, thoughts, tool = t.get("cached") or 0, t.get("thoughts") or 0, t.get("tool") or 0
     if all(type(v) is int for v in (inp, out, cached, thoughts, tool)):
         inp, out = inp - min(cached, inp) + tool, out + thoughts
-    return [(key, model, (inp, out, cached, 0, thoughts), 0)]
+    return (key, model, (inp, out, cached, 0, thoughts, 0))

@@ -59,6 +59,7 @@ from pathlib import Path
 
 from ..decode import parse_timestamp
 from ..events import COMPLETE, ERROR, INTERRUPT, META, OUTPUT, SESSION, START, WORK, Event
+from ..usage import BAD
 
 NAME = "pi"
 LABEL = "Pi"
@@ -210,6 +211,8 @@ class FileDecoder:
         self._overflow_tried = False
         #: the last error answer: (its id, error kind, seconds until Pi retries or None)
         self._error: tuple | None = None
+        #: The API responses of the records projected since ingest took them (exporter.usage).
+        self.usage: list = []
 
     def project(self, obj: dict) -> Event | None:
         """One decoded entry to an :class:`Event` (``None`` to ignore it)."""
@@ -252,6 +255,10 @@ class FileDecoder:
             ev.kind = WORK  # isError: a failed tool; the turn goes on
         elif role == "assistant":
             self._assistant(msg, ev)
+            if "usage" in msg:
+                got = usage(obj, msg)
+                if got is not None:
+                    self.usage.append(got)
         return ev  # bashExecution (the user's ! command) and other roles: not turns
 
     def _assistant(self, msg: dict, ev: Event) -> None:
@@ -285,28 +292,21 @@ class FileDecoder:
 
 
 # -- usage -------------------------------------------------------------------
-#: Record ``type`` values :func:`usage` reads (the others carry no usage: not asked).
-USAGE_TYPES = frozenset({"message"})
-
-
-def usage(obj: dict, state: dict):
-    """The usage of an assistant ``message`` entry (see :mod:`exporter.usage`;
-    Pi 0.70): ``message.usage`` ``input`` (not cached), ``output``,
-    ``cacheRead``, ``cacheWrite``, model ``message.model``, keyed by the
-    entry ``id`` and ``timestamp`` (a fork copies its parent's entries with their ids: counted
-    once). Pi records no reasoning count of its own, and its own ``cost``
-    figures are not used (the same price data prices every agent)."""
-    if obj.get("type") != "message":
-        return None
-    msg = obj.get("message")
-    if type(msg) is not dict or msg.get("role") != "assistant":
-        return None
+def usage(obj: dict, msg: dict):
+    """The API response of an assistant ``message`` entry (``msg``, its
+    ``message``; see :mod:`exporter.usage`; Pi 0.70): ``message.usage``
+    ``input`` (not cached), ``output``, ``cacheRead``, ``cacheWrite``, model
+    ``message.model``, keyed by the entry ``id`` and ``timestamp`` (a fork
+    copies its parent's entries with their ids: counted once); ``BAD``
+    when ``usage`` is not an object, None when it is null. Pi records no
+    reasoning count of its own, and its own ``cost`` figures are not used
+    (the same price data prices every agent)."""
     u = msg.get("usage")
     if u is None:
         return None
     if type(u) is not dict:
-        return "bad"
+        return BAD
     eid, model = obj.get("id"), msg.get("model")
     key = f"pi:{eid}:{obj.get('timestamp')}" if type(eid) is str and eid else None
     model = model if type(model) is str and model else "unknown"
-    return [(key, model, (u.get("input"), u.get("output"), u.get("cacheRead") or 0, u.get("cacheWrite") or 0, 0), 0)]
+    return (key, model, (u.get("input"), u.get("output"), u.get("cacheRead") or 0, u.get("cacheWrite") or 0, 0, 0))
