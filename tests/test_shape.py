@@ -143,9 +143,19 @@ def test_no_import_cycles():
     assert _cycles(graph) == []
 
 
+#: Modules that read a library's private state on purpose, and what keeps that safe.
+LIBRARY_PRIVATE = {
+    "exporter.exposition": "prometheus-client's metric children, read without collect() (issue 34); any other "
+                           "shape falls back to collect(), and tests/test_exposition.py holds the bytes equal to "
+                           "the library's own exposition",
+}
+
+
 def test_no_module_reaches_into_another_modules_private_attributes():
-    bad = {name: got for name, tree in _modules().items() if (got := _private_reaches(tree))}
+    bad = {name: got for name, tree in _modules().items() if name not in LIBRARY_PRIVATE
+           and (got := _private_reaches(tree))}
     assert bad == {}
+    assert all(_private_reaches(_modules()[name]) for name in LIBRARY_PRIVATE)  # not kept once it is gone
 
 
 def test_the_checks_catch_what_they_are_for():
