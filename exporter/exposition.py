@@ -87,7 +87,7 @@ class Exposition:
         if kind is None:
             return encoder(self.registry)
         key, om = kind
-        heads, prefixes, values = self._heads, self._prefixes, self._values
+        prefixes, values = self._prefixes, self._values
         if len(prefixes) > MAX_CACHED or len(values) > MAX_CACHED:
             prefixes.clear()
             values.clear()
@@ -109,11 +109,7 @@ class Exposition:
             if rows is not None:  # one of the library's own metrics: its children read directly
                 metric = collector.describe()[0]
                 name = metric.name
-                hk = (key, name, metric.type, metric.unit, metric.documentation)
-                head = heads.get(hk)
-                if head is None:
-                    head = heads[hk] = self._line(encoder, om, Metric(name, metric.documentation, metric.type,
-                                                                      metric.unit), None)
+                head = self._head(metric, encoder, key, om)
                 append(head)
                 labelnames = collector._labelnames
                 for labelvalues, sname, extra, v in rows:
@@ -133,6 +129,15 @@ class Exposition:
             append(_EOF)
         return "".join(out).encode("utf-8")
 
+    def _head(self, metric, encoder, key, om: bool) -> str:
+        """The HELP/TYPE (and UNIT) lines of ``metric``, cached per format."""
+        hk = (key, metric.name, metric.type, metric.unit, metric.documentation)
+        head = self._heads.get(hk)
+        if head is None:
+            head = self._heads[hk] = self._line(encoder, om, Metric(metric.name, metric.documentation, metric.type,
+                                                                    metric.unit), None)
+        return head
+
     def _metric(self, metric, encoder, key, om: bool, append, value) -> None:
         """Append the lines of one collected ``metric`` (from cached prefixes
         where it can; else the library's encoder for it alone)."""
@@ -144,12 +149,8 @@ class Exposition:
             text = encoder(_One(metric)).decode("utf-8")
             append(text[: -len(_EOF)] if om and text.endswith(_EOF) else text)
             return
-        heads, prefixes = self._heads, self._prefixes
-        hk = (key, name, metric.type, metric.unit, metric.documentation)
-        head = heads.get(hk)
-        if head is None:
-            head = heads[hk] = self._line(encoder, om, Metric(name, metric.documentation, metric.type,
-                                                              metric.unit), None)
+        prefixes = self._prefixes
+        head = self._head(metric, encoder, key, om)
         append(head)
         for s in samples:
             pk = (key, name, s.name, tuple(s.labels.items()))
