@@ -70,8 +70,17 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(GUARD_DIR), *filter(None, [os.en
 guard.install(GUARD_SPEC)
 # A used machine runs the suite many times: each process takes its session folders away at its exit
 # (pytest's own tmp_path folders are kept only for failed tests, pyproject's tmp_path_retention_policy).
-for _made in (_SESSION_HOME, _GUARD_LOGS):
-    atexit.register(shutil.rmtree, _made, ignore_errors=True)
+def _take_away_session_folders() -> None:
+    for made in (_SESSION_HOME, _GUARD_LOGS):
+        shutil.rmtree(made, ignore_errors=True)
+
+
+atexit.register(_take_away_session_folders)
+
+
+def pytest_unconfigure(config):
+    """xdist's workers leave without running atexit: each takes its folders away here."""
+    _take_away_session_folders()
 
 from harness import Exporter, Receiver
 

@@ -108,7 +108,7 @@ def test_tests_run_from_a_home_full_of_sessions_never_see_it(tmp_path):
     picked = ["tests/test_isolation.py::test_the_temporary_home_is_what_the_exporter_reads_by_default",
               "tests/test_first_minutes.py::test_scan_with_no_path_scans_the_configured_roots",
               "tests/test_first_minutes.py::test_check_config_prints_state_dir_and_disabled_providers",
-              "tests/test_hooksetup.py::test_copilot_cli_http_hooks_in_their_own_file_under_copilot_home",
+              "tests/test_hooksetup.py::test_copilot_cli_command_hooks_in_their_own_file_under_copilot_home",
               "tests/test_registry.py::test_config_folders"]
     out = inner_pytest(home, picked, ROOT)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
