@@ -4,8 +4,9 @@
 Shapes follow the real lines in ``tests/fixtures/transcripts``:
 
 - Claude Code: one API response split one content block per line (thinking,
-  text, tool_use) with the same ``message.id``/``requestId`` and a ``usage``
-  object; ``user`` tool results with a ``toolUseResult`` copy of the output;
+  text, tool_use) with the same ``message.id``/``requestId`` and the same
+  ``usage`` object on each of its lines (cache reads grow with the context);
+  ``user`` tool results with a ``toolUseResult`` copy of the output;
   ``progress`` lines (hook, bash, agent progress with a nested message);
   ``system`` ``stop_hook_summary``/``turn_duration``/``local_command``;
   ``file-history-snapshot``, ``queue-operation``; subagent files under
@@ -13,15 +14,18 @@ Shapes follow the real lines in ``tests/fixtures/transcripts``:
 - Codex: ``session_meta`` with long base instructions, ``turn_context``,
   ``event_msg`` (``task_started``, ``user_message``, ``token_count``,
   ``exec_command_end``, ``agent_reasoning``, ``agent_message``,
-  ``task_complete``), ``response_item`` (messages, ``reasoning`` with
-  ``encrypted_content``, ``function_call`` with JSON-in-a-string arguments,
-  ``function_call_output``).
+  ``task_complete``; ``token_count`` with a running ``total_token_usage``
+  that only grows and ``last_token_usage`` the request's own),
+  ``response_item`` (messages, ``reasoning`` with ``encrypted_content``,
+  ``function_call`` with JSON-in-a-string arguments, ``function_call_output``).
 
 String sizes are heavy-tailed (log-normal) and drawn from a text pool with
 JSON escapes (quotes, backslashes, newlines, tabs, ANSI colour codes) and
 non-ASCII text (accents, CJK, emoji, U+2028); the mean line is about 2 KB and
 a few lines per corpus are several MB. Everything is deterministic for a given
-seed.
+seed. Token usage draws from a stream of its own per session (seeded by the
+session id), so usage numbers do not shift a session's other draws (the
+sessions after it still move a little: its size counts its usage's bytes).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5  # 5: usage as the agents write it (one per Claude response, rising Codex totals)
 
 _WORDS = (
     "the a of to and in is it that for on with as was this be are by at from or an have not but which "
@@ -157,6 +161,10 @@ class ClaudeSession:
         self.size = 0
         self.big_lines = big_lines or []
         self.files = 1
+        # Usage draws from its own stream, so the rest of the corpus is drawn as before.
+        self.urng = random.Random(self.sid)
+        self._usages: dict[str, dict] = {}  # message.id -> its usage, for this turn's responses
+        self._context = self.urng.randint(15_000, 40_000)  # tokens read from the cache by the next response
 
     def _base(self, rtype: str, sidechain: bool = False) -> dict:
         u = _uuid(self.rng)
@@ -177,18 +185,28 @@ class ClaudeSession:
         if out is None:
             self.size += len(line) + 1
 
-    def _usage(self) -> dict:
-        r = self.rng
-        return {"input_tokens": r.randint(1, 9), "cache_creation_input_tokens": r.randint(0, 20000),
-                "cache_read_input_tokens": r.randint(0, 200000),
-                "cache_creation": {"ephemeral_5m_input_tokens": r.randint(0, 9000), "ephemeral_1h_input_tokens": 0},
+    def _usage(self, mid: str) -> dict:
+        # Claude Code writes one API response one content block per line, each
+        # line with the same ``message.usage`` (2.1.123: the same object on every
+        # line of a ``message.id``/``requestId``). The context grows: this
+        # response reads from the cache what the last one read and wrote.
+        got = self._usages.get(mid)
+        if got is None:
+            r = self.urng
+            write = r.randint(0, 20000)
+            got = self._usages[mid] = {
+                "input_tokens": r.randint(1, 9), "cache_creation_input_tokens": write,
+                "cache_read_input_tokens": self._context,
+                "cache_creation": {"ephemeral_5m_input_tokens": write, "ephemeral_1h_input_tokens": 0},
                 "output_tokens": r.randint(1, 4000), "service_tier": "standard", "inference_geo": "global"}
+            self._context = self._context + write if self._context < 900_000 else r.randint(15_000, 40_000)
+        return got
 
     def _assistant(self, mid: str, req: str, block: dict, out=None, sidechain=False, stop=None) -> None:
         d = self._base("assistant", sidechain)
         del d["type"]
         d["message"] = {"model": "claude-opus-4-6", "id": mid, "type": "message", "role": "assistant",
-                        "content": [block], "stop_reason": stop, "stop_sequence": None, "usage": self._usage()}
+                        "content": [block], "stop_reason": stop, "stop_sequence": None, "usage": self._usage(mid)}
         d["requestId"] = req
         d["type"] = "assistant"
         self._emit(d, out)
@@ -215,6 +233,7 @@ class ClaudeSession:
     def turn(self) -> None:
         r, t = self.rng, self.text
         turn_start = self.clock.t
+        self._usages.clear()
         self._emit({"type": "file-history-snapshot", "messageId": _uuid(r),
                     "snapshot": {"messageId": _uuid(r), "trackedFileBackups": {}, "timestamp": _iso(self.clock.t)},
                     "isSnapshotUpdate": False})
@@ -341,6 +360,28 @@ class CodexSession:
         self.size = 0
         self.big_lines = big_lines or []
         self.files = 1
+        # Usage draws from its own stream, so the rest of the corpus is drawn as before.
+        self.urng = random.Random(self.sid)
+        self._total = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0,
+                       "reasoning_output_tokens": 0, "total_tokens": 0}
+        self._context = self.urng.randint(12_000, 24_000)  # input tokens of the next request
+
+    def _token_count(self) -> dict:
+        # Codex 0.1xx: ``info.total_token_usage`` is the session's running total
+        # (it only grows) and ``info.last_token_usage`` the request's own, the
+        # difference; cached input is part of input, reasoning part of output
+        # (v0.135_exec_complete.jsonl, 0.171.0 live runs).
+        r = self.urng
+        inp = self._context
+        cached = min(inp, int(inp * r.uniform(0.6, 0.98)) // 128 * 128)
+        out = r.randint(1, 5000)
+        reasoning = r.randint(0, out) if r.random() < 0.6 else 0
+        last = {"input_tokens": inp, "cached_input_tokens": cached, "output_tokens": out,
+                "reasoning_output_tokens": reasoning, "total_tokens": inp + out}
+        for k, v in last.items():
+            self._total[k] += v
+        self._context = inp + out + r.randint(100, 6000) if inp < 250_000 else r.randint(12_000, 24_000)
+        return {"total_token_usage": dict(self._total), "last_token_usage": last, "model_context_window": 258400}
 
     def _emit(self, rtype: str, payload: dict) -> None:
         line = _dumps({"timestamp": self.clock.tick(self.rng, 0.9), "type": rtype, "payload": payload})
@@ -387,11 +428,8 @@ class CodexSession:
             self._emit("response_item", {"type": "function_call_output", "call_id": call,
                                          "output": f"Chunk ID: {r.randint(0, 1 << 24):06x}\nWall time: 1.2 seconds\n"
                                                    f"Process exited with code 0\nOutput:\n{out}"})
-            self._emit("event_msg", {"type": "token_count", "info": {"total_token_usage": {
-                "input_tokens": r.randint(1000, 90000), "cached_input_tokens": r.randint(0, 80000),
-                "output_tokens": r.randint(1, 5000), "reasoning_output_tokens": 0, "total_tokens": r.randint(1000, 99000)},
-                "model_context_window": 258400}, "rate_limits": {"primary": {"used_percent": 15.0,
-                                                                            "window_minutes": 300}}})
+            self._emit("event_msg", {"type": "token_count", "info": self._token_count(),
+                                     "rate_limits": {"primary": {"used_percent": 15.0, "window_minutes": 300}}})
         final = t.sized(500, 1.0, 20000)
         self._emit("event_msg", {"type": "agent_message", "message": final, "phase": "final_answer"})
         self._emit("response_item", {"type": "message", "role": "assistant",
