@@ -53,7 +53,8 @@ class Browser:
         # close_fds=False: subprocess would close fds 3 and 4 after preexec_fn;
         # every other fd of this process is close-on-exec (PEP 446).
         self.proc = subprocess.Popen([binary, *FLAGS, *(flags or []), f"--user-data-dir={self.profile}", "about:blank"],
-                                     close_fds=False, preexec_fn=fds, stdout=self._log, stderr=subprocess.STDOUT)
+                                     close_fds=False, preexec_fn=fds, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "TMPDIR": self.profile})  # its own temp folders go with it
         os.close(to_child)
         os.close(from_child)
         self._buf = b""

@@ -348,16 +348,19 @@ def _hostile_peer(kind: str):
     ``many`` (600 sessions in a small answer), ``redirect`` (to ftp://)."""
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+    # Made once: a busy machine takes seconds to encode 3 MiB, and the peer is to answer at once.
+    rows = {"huge": [{}] * (3 << 19), "many": [{"id": str(i)} for i in range(600)]}.get(kind, [])
+    answer = json.dumps({"machine": kind, "ready": True, "sessions": rows}).encode()
+
     class H(BaseHTTPRequestHandler):
         def do_GET(self):
+            body = answer
             if kind == "redirect":
                 self.send_response(302)
                 self.send_header("Location", "ftp://192.0.2.1/x")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
-            rows = {"huge": [{}] * (3 << 19), "many": [{"id": str(i)} for i in range(600)]}.get(kind, [])
-            body = json.dumps({"machine": kind, "ready": True, "sessions": rows}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
