@@ -217,7 +217,7 @@ class Replay:
         if step["via"] == "http":
             req = urllib.request.Request(f"{url}/hooks/{step['hook']}", data=body.encode(),
                                          headers=exp.hook_headers())
-            with urllib.request.urlopen(req, timeout=5) as r:
+            with urllib.request.urlopen(req, timeout=20) as r:
                 assert r.status < 300
         else:
             out = subprocess.run([sys.executable, "-m", "coding_agent_exporter", "hook", "--agent", step["hook"],

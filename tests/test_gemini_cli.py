@@ -319,7 +319,7 @@ def test_live_dialog_pages_waiting_through_the_hook_route_and_command(tmp_path):
         body = json.dumps(_body("tui_touch_allow", "Notification", root)).encode()
         req = urllib.request.Request(f"{url}/hooks/gemini_cli", data=body, method="POST",
                                      headers={"Content-Type": "application/json", **exp.hook_headers()})
-        assert urllib.request.urlopen(req, timeout=5).status == 200
+        assert urllib.request.urlopen(req, timeout=20).status == 200
         wait_for(lambda: len(receiver.messages) == 1, what="waiting page")
         assert receiver.messages[0]["title"].endswith("needs your approval")
         lines = (FIXTURES / "tui_touch_allow" / "files").rglob("session-*.jsonl").__next__().read_bytes()
@@ -335,9 +335,9 @@ def test_live_dialog_pages_waiting_through_the_hook_route_and_command(tmp_path):
         time.sleep(1.0)
         assert len(receiver.messages) == 2
         assert exp.value("coding_agent_hook_events_total", provider="gemini_cli", event="AfterAgent") == 1
-        rows = json.load(urllib.request.urlopen(f"{url}/api/v1/sessions", timeout=5))["sessions"]
+        rows = json.load(urllib.request.urlopen(f"{url}/api/v1/sessions", timeout=20))["sessions"]
         assert [(r["provider"], r["project"], r["state"]) for r in rows] == [("gemini_cli", "proj", "completed")]
-        page = urllib.request.urlopen(f"{url}/", timeout=5).read().decode()
+        page = urllib.request.urlopen(f"{url}/", timeout=20).read().decode()
         assert "Gemini CLI" in page or "agents" in page
     finally:
         exp.stop()
@@ -354,7 +354,7 @@ def test_hook_for_another_sessions_file_is_refused(tmp_path):
         req = urllib.request.Request(f"http://127.0.0.1:{exp.port}/hooks/gemini_cli", data=json.dumps(body).encode(),
                                      method="POST", headers={"Content-Type": "application/json",
                                                              **exp.hook_headers()})
-        assert urllib.request.urlopen(req, timeout=5).status == 200
+        assert urllib.request.urlopen(req, timeout=20).status == 200
         wait_for(lambda: exp.value("coding_agent_hook_errors_total", reason="unknown_session") >= 1,
                  what="refused")
         assert exp.state("00000000-445c-4dd8-b35d-172c47776074") is None
@@ -431,15 +431,16 @@ def test_recorded_run_played_live_against_the_exporter(run, tmp_path):
     def post(body):
         req = urllib.request.Request(f"{url}/hooks/gemini_cli", data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", **exp.hook_headers()})
-        urllib.request.urlopen(req, timeout=5).read()
+        urllib.request.urlopen(req, timeout=20).read()
 
     _, hook_pages, screens = EXPECT[run]
 
     def state(label):
-        """The row within a second of the screen (a new folder's watch and the file event take a moment)."""
-        deadline = time.time() + 1.0
+        """The row within a few seconds of the screen (a new folder's watch and the file event take a
+        moment, longer on a busy machine); at once when it is the one expected."""
+        deadline = time.time() + 5.0
         while True:
-            rows = json.load(urllib.request.urlopen(f"{url}/api/v1/sessions", timeout=5))["sessions"]
+            rows = json.load(urllib.request.urlopen(f"{url}/api/v1/sessions", timeout=20))["sessions"]
             rows = [r for r in rows if r["provider"] == "gemini_cli"]
             out = None
             if rows:

@@ -380,7 +380,7 @@ def _pi_copilot() -> list[Scenario]:
                      steps=[("exited", 90), ("expect", "completed", ["completed"], 15)], pages=["completed"]),
             Scenario(f"{short}_overloaded_gives_up_print", a, "print", prompt="Go. SCN_ERR529", args=extra,
                      what="529 on every attempt: the agent retries, then gives up (one error page)",
-                     steps=[("sleep", 4), ("expect", "working", [], 2), ("exited", 120),
+                     steps=[("sleep", 4), ("expect", "working", [], 15), ("exited", 120),
                             ("expect", "error", ["error"], 20, {"error_kind": "overloaded"})], pages=["error"]),
             Scenario(f"{short}_auth_error_print", a, "print", prompt="Go. SCN_AUTH", args=extra,
                      what="401: an error the agent does not retry for long",
