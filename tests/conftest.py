@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import json
 import os
@@ -68,19 +67,13 @@ SESSION_GUARD_LOG = _GUARD_LOGS / "session.log"
 os.environ["CAE_TEST_GUARD_LOG"] = str(SESSION_GUARD_LOG)
 os.environ["PYTHONPATH"] = os.pathsep.join([str(GUARD_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
 guard.install(GUARD_SPEC)
-# A used machine runs the suite many times: each process takes its session folders away at its exit
+# A used machine runs the suite many times: each process takes its session folders away at its end
 # (pytest's own tmp_path folders are kept only for failed tests, pyproject's tmp_path_retention_policy).
-def _take_away_session_folders() -> None:
+def pytest_unconfigure(config):
+    """Every pytest process (the controller, each xdist worker, an inner run) takes its session
+    folders away; xdist's workers leave without running atexit."""
     for made in (_SESSION_HOME, _GUARD_LOGS):
         shutil.rmtree(made, ignore_errors=True)
-
-
-atexit.register(_take_away_session_folders)
-
-
-def pytest_unconfigure(config):
-    """xdist's workers leave without running atexit: each takes its folders away here."""
-    _take_away_session_folders()
 
 from harness import Exporter, Receiver
 
