@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -335,6 +336,14 @@ class Config:
 
 
 _PROJECT_LABELS = ("basename", "full", "hashed", "none")
+#: A number PyYAML (YAML 1.1) reads as a string: an exponent without a dot, e.g. 1e9.
+_YAML11_NUMBER = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+\Z")
+
+
+def _with_dot(text: str) -> str:
+    """``1e9`` → ``1.0e9``: the same number as YAML 1.1 reads a float."""
+    head, _, tail = text.lower().partition("e")
+    return f"{head}.0e{tail}"
 
 
 def _build(cls, data, where: str, source: str, errors: list[str]):
@@ -400,7 +409,11 @@ def _value(tp, value, path: str, source: str, errors: list[str]):
         return value
     if tp in (int, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{source}: {path}: expected a number, got {value!r}")
+            hint = ""
+            if isinstance(value, str) and _YAML11_NUMBER.match(value.strip()):
+                # YAML 1.1 (PyYAML) reads 1e9 as a string: its floats need a dot (1.0e9)
+                hint = f" (YAML reads {value.strip()} as text: write it with a dot, as {_with_dot(value.strip())})"
+            raise ConfigError(f"{source}: {path}: expected a number, got {value!r}{hint}")
         if not math.isfinite(value):
             raise ConfigError(f"{source}: {path}: must be a finite number, got {value!r}")
         if value < 0:

@@ -319,6 +319,8 @@ def test_readme_run_command_with_no_agent_folders(tmp_path):
     ("sources: {codex: {paths: [rel/codex]}}\n", "sources.codex.paths[0]: 'rel/codex' is a relative path"),
     ("state_dir: state\n", "state_dir: 'state' is a relative path"),
     ("alerts: {config_file: apprise.yml}\n", "alerts.config_file: 'apprise.yml' is a relative path"),
+    # PyYAML reads 1e9 as text (YAML 1.1 floats need a dot): say how to write it
+    ("alerts: {presence_delay_seconds: 1e9}\n", "got '1e9' (YAML reads 1e9 as text: write it with a dot, as 1.0e9)"),
 ])
 def test_bad_config_fails_with_file_and_key(tmp_path, content, key):
     cfg = tmp_path / "bad.yml"
