@@ -69,12 +69,15 @@ def tree(home: Path) -> dict[str, tuple]:
 def inner_pytest(home: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     """pytest in one process, started the way a user starts it from a shell
     whose HOME is ``home``: none of the suite's own variables, the agents'
-    variables unset (their defaults are under HOME)."""
+    variables unset (their defaults are under HOME). Its temporary folders
+    go beside ``home`` (``--basetemp``), away with this test's own: the inner
+    tests that fail on purpose would leave theirs in /tmp."""
     env = {k: v for k, v in os.environ.items()
            if k not in AGENT_HOME_VARS and k not in UNSET_VARS
            and not k.startswith(("CAE_TEST_", "PYTEST_", "PYTHONPATH"))}
     env["HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           f"--basetemp={home.parent / 'inner-basetemp'}", *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=240)
 
 
