@@ -265,6 +265,23 @@ def test_edges_are_the_price_data_tiers():
     assert tuple(sorted(starts)) == usage_mod.EDGES
 
 
+def test_take_buckets_every_prompt_size_as_bisect_does():
+    """take() tells the first tiers inline (a C call costs more than the compares): the bucket of
+    every prompt size around each edge is bisect_left(EDGES, size), whichever part it takes."""
+    import bisect
+    import types
+
+    sizes = sorted({max(0, e + d) for e in (0, *usage_mod.EDGES) for d in (-1, 0, 1)} | {10**7})
+    store = types.SimpleNamespace(usage=usage_mod.Accounting())
+    s = types.SimpleNamespace(usage=usage_mod.Tally())
+    for i, n in enumerate(sizes):
+        usage_mod.take(store, s, "claude_code", [(f"k{i}", f"m{i}", (n, 1, 0, 0, 0, 0))], False, 7200.5)
+    got = {int(model[1:]): bucket for (model, bucket, hour) in s.usage.tokens}
+    assert got == {i: bisect.bisect_left(usage_mod.EDGES, n) for i, n in enumerate(sizes)}
+    assert {hour for (_m, _b, hour) in s.usage.tokens} == {2}
+    assert list(s.usage.by_hour(usage_mod.Prices(overrides={}))) == [2]
+
+
 # -- live: /metrics over a restart; one response on three lines; bad values ------------------------------
 LIVE = SHARED / "live-agents" / "claude-code-2.1.332" / "tui_bash" / "claude_projects"
 

@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import os
 import re
 from pathlib import Path
@@ -359,6 +360,10 @@ class FileDecoder:
         self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
         #: The API responses of the records projected since ingest took them (exporter.usage).
         self.usage: list = []
+        #: ``(message.id, requestId)`` of the last response handed on: the next lines of it
+        #: (one per content block, each with the same usage) are not read again.
+        self._response_id: str | None = None
+        self._response_request = None
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
@@ -566,8 +571,14 @@ class FileDecoder:
         msg = obj.get("message")
         msg = msg if isinstance(msg, dict) else {}
         mid = msg.get("id")
-        if (u := msg.get("usage")) is not None and (got := usage(obj, msg, u)) is not None:
-            self.usage.append(got)
+        if (u := msg.get("usage")) is not None:
+            rid = obj.get("requestId")
+            if mid != self._response_id or rid != self._response_request or mid is None:  # not the next line of it
+                got = usage(obj, msg, u, mid, rid)
+                if got is not None:
+                    self.usage.append(got)
+                    if got[0] is not None:
+                        self._response_id, self._response_request = mid, rid
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
         if ev.message_id is not None and not ev.sidechain:
@@ -710,9 +721,10 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-def usage(obj: dict, msg: dict, u):
+def usage(obj: dict, msg: dict, u, mid, rid):
     """The API response of an assistant record (see :mod:`exporter.usage`;
-    ``msg`` its ``message``, ``u`` that message's ``usage``, not None):
+    ``msg`` its ``message``, ``u`` that message's ``usage``, not None,
+    ``mid`` its ``id``, ``rid`` the record's ``requestId``):
     ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
     ``cache_creation_input_tokens`` (its
     ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
@@ -728,13 +740,19 @@ def usage(obj: dict, msg: dict, u):
         return None
     if type(u) is not dict:
         return BAD
-    mid, rid = msg.get("id"), obj.get("requestId")
     key = f"{mid}:{rid}" if type(mid) is str and mid and type(rid) is str and rid else None
     if type(model) is not str or not model:
         model = "unknown"
     elif u.get("speed") == "fast":
         model += "-fast"
+    try:  # one C call where all four are there (Claude Code 2.x writes them all)
+        a, b, c, d = _COUNTS(u)
+    except KeyError:
+        a, b, c, d = (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens"),
+                      u.get("cache_creation_input_tokens"))
     cc = u.get("cache_creation")
-    return (key, model, (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens") or 0,
-                         u.get("cache_creation_input_tokens") or 0, 0,
+    return (key, model, (a, b, c or 0, d or 0, 0,
                          (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0))
+
+
+_COUNTS = operator.itemgetter("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
