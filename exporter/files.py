@@ -268,7 +268,8 @@ class FileTable:
         ``until`` None: a one-shot scan (every byte, an unterminated last line
         too, nothing live). Else the daemon's start-up: ``until[path]`` is the
         offset up to which the bytes are backfill (missing or None: all of
-        them); the rest is news (``live``). A file whose every byte is news
+        them); the rest is news (``live``), read after every file's backfill,
+        the files made while the exporter was down last. A file whose every byte is news
         (``until[path] == 0``: made while the exporter was down) was born after
         ``news_from`` (Unix seconds: the previous run's last checkpoint).
         ``stop()`` true ends the read early. ``progress(message)`` is told
@@ -278,8 +279,10 @@ class FileTable:
         total = len(files)
         first: dict = {}
         known = set(self.store.sessions)
+        going = (lambda: not stop()) if stop is not None else (lambda: True)
+        news = []  # the daemon's start-up: (made while down, index, path) of each file, for its news
         for i, (fp, prov, root, *_rest) in enumerate(files):
-            if stop is not None and stop():
+            if not going():
                 break
             prov = prov or sniff(fp)
             if prov is None:
@@ -287,7 +290,6 @@ class FileTable:
             elif self.track(fp, prov, root, born=news_from if until is not None and until.get(fp) == 0 else None):
                 # Each refresh reads at most READ_BUDGET_BYTES (4 MiB, a fraction of a second): a stop
                 # is looked at between them, so it waits out no large file.
-                going = (lambda: not stop()) if stop is not None else (lambda: True)
                 if until is None:
                     tailer = self.files[fp].tailer
                     # until a read reaches the end (not one more to find nothing)
@@ -297,19 +299,29 @@ class FileTable:
                     u = until.get(fp)
                     while self.refresh(fp, live=False, until=u) and going():
                         pass
-                    while going() and self.refresh(fp, live=True):
-                        pass
-                if not going():
-                    break
-                s = self.session_of(fp)
-                if s is not None:
-                    key = (s.provider, s.session_id)
-                    if key not in known:
-                        known.add(key)
-                        first[key] = i
+                    news.append((u == 0, i, fp))
+                self._first_of(fp, i, known, first)
             if progress and (i + 1 == total or time.monotonic() - start > 2 and (i + 1) % 200 == 0):
                 progress(f"read {i + 1}/{total} files")
+        # The news after all backfill, and the files made while the exporter was down last: a file
+        # resumed or forked meanwhile repeats records of one read here, whatever the order of their
+        # paths, and only a store that holds the original's records tells the copy (exporter.identity).
+        for _new, i, fp in sorted(news):
+            if not going():
+                break
+            while going() and fp in self.files and self.refresh(fp, live=True):
+                pass
+            self._first_of(fp, i, known, first)
         return first
+
+    def _first_of(self, fp: str, i: int, known: set, first: dict) -> None:
+        """Note ``i`` (an index in read_all's files) as the first file of its session, if it is."""
+        s = self.session_of(fp)
+        if s is not None:
+            key = (s.provider, s.session_id)
+            if key not in known:
+                known.add(key)
+                first[key] = i
 
     # -- the daemon's side -------------------------------------------------------
     def read(self, path: str, live: bool, until: int | None = None) -> None:

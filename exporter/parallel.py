@@ -145,7 +145,9 @@ def fork_map(parts: list, work, progress=None, stop=None) -> list | None:
     Returns the results in the order of ``parts``; ``None`` when a child
     failed or ``stop()`` became true (children are then killed)."""
     children = [Forked(lambda part=part: [work(part, None)]) for part in parts[1:]]
-    label = (lambda msg: progress(f"{msg} (this process; {len(parts) - 1} more in parallel)")) if progress else None
+    others = len(parts) - 1
+    label = (lambda msg: progress(f"{msg} of this process's share ({others} other process{'es' * (others > 1)} "
+                                  "read the rest)")) if progress else None
     results = [work(parts[0], label)]
     if stop is not None and stop():
         for c in children:
@@ -284,15 +286,15 @@ def _adopt(store, table, part: tuple) -> None:
 
 
 def _copies_span(parts) -> bool:
-    """True when two start-up readers saw one record (same identity, same
-    record time): which of them is the copy, and so whether it is news,
-    only one store that saw both can say (``exporter.identity``)."""
-    union: dict = {}
+    """True when two start-up readers saw one record identity, whatever its
+    record time (a fork keeps its copies' times, a resume stamps them anew):
+    which of them is the copy, and so whether it is news, only one store
+    that saw both can say (``exporter.identity``)."""
+    union: set = set()
     for part in parts:
         first = part[3].first
-        for k, v in first.items():
-            if k in union and union[k] == v:
-                return True
+        if not union.isdisjoint(first):
+            return True
         union.update(first)
     return False
 

@@ -212,3 +212,40 @@ def test_a_page_whose_delivery_a_kill_interrupted_is_sent_again_and_says_so(tmp_
         exp.stop()
         held.close()
         receiver.close()
+
+
+@pytest.mark.parametrize("stop", ["term", "kill9"])
+def test_a_fork_made_while_the_exporter_is_down_pages_none_of_its_copied_turns(tmp_path, stop):
+    """A new-user trial: a session forked while the exporter was stopped (Claude Code 2.1.332
+    ``--fork-session``: the same uuids and timestamps under the new sessionId), in a file whose path
+    sorts before the original's, paged every copied turn end at the next start. The start-up reads
+    every file's backfill before any news (exporter.files.FileTable.read_all): 0 pages for the copies,
+    one for the fork's own next turn."""
+    receiver = Receiver()
+    s = ClaudeSession("f0f0f0f0-0000-4000-8000-000000000019")
+    path = claude_path(tmp_path, s.sid)
+    exp = Daemon(tmp_path, receiver=receiver, config={"alerts": {"settle_seconds": 0.5}}).start()
+    try:
+        for i in range(2):
+            write(path, s.prompt() + s.text(f"done {i}", stop="end_turn") + s.turn_duration())
+            wait_for(lambda: len(alerts_for(receiver, s.sid, "completed")) == i + 1, timeout=20,
+                     what=f"the page of turn {i + 1}")
+        checkpoint = tmp_path / "state" / "checkpoint.json"
+        wait_for(lambda: checkpoint.is_file() and str(path) in checkpoint.read_text(), timeout=10,
+                 what="a checkpoint with the file")
+        exp.kill9() if stop == "kill9" else exp.stop()
+        fork = ClaudeSession("0f0f0f0f-0000-4000-8000-000000000019")  # sorts before the original
+        copy = Path(claude_path(tmp_path, fork.sid))
+        copy.write_bytes(Path(path).read_bytes().replace(s.sid.encode(), fork.sid.encode()))
+        exp.start()
+        exp.wait_state(fork.sid, "completed")
+        time.sleep(2.0)  # four settle times
+        assert alerts_for(receiver, fork.sid) == [] and len(alerts_for(receiver, s.sid)) == 2, receiver.messages
+        fork.n = 100  # the fork's own turn: new uuids
+        write(copy, fork.prompt() + fork.text("forked", stop="end_turn") + fork.turn_duration())
+        wait_for(lambda: len(alerts_for(receiver, fork.sid, "completed")) == 1, timeout=20, what="the fork's page")
+        time.sleep(1.0)
+        assert len(alerts_for(receiver, fork.sid)) == 1 and len(alerts_for(receiver, s.sid)) == 2
+    finally:
+        exp.stop()
+        receiver.close()
