@@ -83,6 +83,18 @@ def _split_tags(entry: str) -> tuple[list[str], str]:
     return [], entry.strip()
 
 
+def _unusable(plugin) -> str | None:
+    """Why an Apprise URL that parsed can never deliver, or None: a port out
+    of range (Apprise keeps ``json://host:99999``), an ntfy URL with no topic
+    (``ntfys://``: Apprise's ntfy plugin then sends nothing)."""
+    port = getattr(plugin, "port", None)
+    if isinstance(port, int) and not 0 < port < 65536:
+        return f"port {port} is out of range (1-65535)"
+    if getattr(plugin, "service_name", "") == "ntfy" and not getattr(plugin, "topics", True):
+        return "an ntfy URL names no topic (ntfys://ntfy.sh/<topic> or ntfys://<topic>)"
+    return None
+
+
 def build_targets(cfg: Config) -> list[Target]:
     """Targets from ``alerts.urls``, ``alerts.config_file`` and the
     ``alerts.url_env`` environment variable. Raises ``ValueError`` naming the
@@ -103,6 +115,12 @@ def build_targets(cfg: Config) -> list[Target]:
             where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
                 f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
             problems.append(f"{where}: not an Apprise URL that this installation supports")
+            continue
+        unusable = _unusable(plugin)
+        if unusable:
+            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
+                f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
+            problems.append(f"{where}: {unusable}")
             continue
         plugins.append(plugin)
     if cfg.alerts.config_file:

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(scan)
     scan.add_argument("paths", nargs="*", metavar="PATH",
                       help="transcript files or folders (default: the configured roots, as `run` reads them)")
-    scan.add_argument("--json", action="store_true", help="print JSON lines")
+    scan.add_argument("--json", action="store_true", help="print JSON Lines: one object per session a line")
     scan.add_argument("--at", metavar="TIME",
                       help="evaluate time-based rules at TIME (ISO-8601 with zone, or Unix seconds; default now)")
     scan.add_argument("--provider", choices=list(PROVIDER_MODULES),
@@ -272,11 +272,19 @@ def _scan(args, cfg) -> int:
 
 
 def _usage_hint(rows) -> None:
+    """The hints under a scan's table: tokens with no price, lines not read."""
     from .scan import usage_hint
 
     hint = usage_hint(rows)
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
+    bad = sum(r["counters"].get("parse_errors", 0) for r in rows)
+    big = sum(r["counters"].get("skipped", 0) for r in rows)
+    if bad or big:
+        parts = [f"{bad:,} not valid records" if bad else "", f"{big:,} over sources.max_line_bytes" if big else ""]
+        sessions = sum(1 for r in rows if r["counters"].get("parse_errors") or r["counters"].get("skipped"))
+        print(f"hint: lines not read in {sessions} session(s): {', '.join(p for p in parts if p)} "
+              "(skipped and counted; per session in `scan --json` counters)", file=sys.stderr)
 
 
 def _check(cfg) -> int:

@@ -16,6 +16,25 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=60, env=env)
 
 
+def test_scan_says_how_many_lines_it_could_not_read(tmp_path):
+    """A trial: garbage and a torn line were counted on /metrics only; `scan` showed the session as if
+    whole. Now a hint under the table counts them (no line content)."""
+    from harness import TRANSCRIPTS
+
+    proj = tmp_path / "-home-dev-proj"
+    proj.mkdir()
+    dest = proj / "11111111-2222-4333-8444-555555555555.jsonl"
+    dest.write_bytes((TRANSCRIPTS / "claude_code" / "v2.1.38_short_interrupted.jsonl").read_bytes()
+                     + b"garbage secret-token-123\n{\"type\": \"user\",\n")
+    out = _cli("scan", str(tmp_path), "--provider", "claude_code")
+    assert out.returncode == 0, out
+    assert "hint: lines not read in 1 session(s): 2 not valid records" in out.stderr, out.stderr
+    assert "secret-token-123" not in out.stdout + out.stderr
+    clean = _cli("scan", str(TRANSCRIPTS / "claude_code" / "v2.1.38_short_interrupted.jsonl"), "--provider",
+                 "claude_code")
+    assert "lines not read" not in clean.stderr
+
+
 def test_scan_hint_for_only_subagent_files(tmp_path):
     sub = tmp_path / "-home-dev-proj" / "c0de" / "subagents"
     sub.mkdir(parents=True)
@@ -104,11 +123,15 @@ def test_check_config_lists_every_url_error_and_an_unusable_state_dir(tmp_path):
     state = tmp_path / "state-file"
     state.write_text("not a folder")
     cfg = tmp_path / "config.yml"
-    cfg.write_text(f"state_dir: {state}\nalerts:\n  urls: ['nope://a', 'json://127.0.0.1:9/x', 'bogus://b']\n")
+    # (a trial: a port out of range and an ntfy URL with no topic parse, and can never deliver)
+    cfg.write_text(f"state_dir: {state}\nalerts:\n  urls: ['nope://a', 'json://127.0.0.1:9/x', 'bogus://b', "
+                   "'json://127.0.0.1:99999/', 'ntfys://', 'ntfys://ntfy.sh/my-topic']\n")
     out = _cli("check-config", "--config.file", str(cfg))
     assert out.returncode == 2, out
-    assert "3 error(s)" in out.stdout
+    assert "5 error(s)" in out.stdout
     assert "alerts.urls[0]: not an Apprise URL" in out.stdout and "alerts.urls[2]: not an Apprise URL" in out.stdout
+    assert "alerts.urls[3]: port 99999 is out of range" in out.stdout
+    assert "alerts.urls[4]: an ntfy URL names no topic" in out.stdout and "alerts.urls[5]" not in out.stdout
     assert f"state_dir: {state}: not a folder" in out.stdout
     folder = tmp_path / "st"
     folder.mkdir()

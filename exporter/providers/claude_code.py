@@ -339,14 +339,11 @@ def _number(v) -> float | None:
 class FileDecoder:
     """Projects the records of one Claude Code file into events.
 
-    ``sidechain_file`` marks every record of a subagent file as sidechain.
-    ``file_session``: the session the file is named for; records of a main
-    file that name another (UUID) session are marked ``foreign`` (a resumed
-    session's copies, or a file after ``/clear`` still carrying the old id;
-    ``exporter.identity`` tells which from their time). Keeps the start time of the current
-    main-thread turn so that an assistant text line can say whether a
-    ``turn_duration`` record will still follow.
-    """
+    ``sidechain_file`` marks every record of a subagent file as sidechain. ``file_session``: the session
+    the file is named for; records of a main file that name another (UUID) session are marked ``foreign``
+    (a resumed session's copies, or a file after ``/clear`` still carrying the old id; ``exporter.identity``
+    tells which from their time). Keeps the start time of the current main-thread turn so that an
+    assistant text line can say whether a ``turn_duration`` record will still follow."""
 
     def __init__(self, sidechain_file: bool = False, file_session: str | None = None):
         self.sidechain_file = sidechain_file
@@ -360,10 +357,7 @@ class FileDecoder:
         self._wakeup_calls: dict[str, None] = {}  # ScheduleWakeup tool_use ids whose result is not read yet
         #: The API responses of the records projected since ingest took them (exporter.usage).
         self.usage: list = []
-        #: ``(message.id, requestId)`` of the last response handed on: the next lines of it
-        #: (one per content block, each with the same usage) are not read again.
-        self._response_id: str | None = None
-        self._response_request = None
+        self._response_id = self._response_request = None  # the last one handed on (usage())
 
     def _pending(self) -> str:
         """What resumes the agent by itself now, as an event detail ("" for nothing)."""
@@ -574,11 +568,7 @@ class FileDecoder:
         if (u := msg.get("usage")) is not None:
             rid = obj.get("requestId")
             if mid != self._response_id or rid != self._response_request or mid is None:  # not the next line of it
-                got = usage(obj, msg, u, mid, rid)
-                if got is not None:
-                    self.usage.append(got)
-                    if got[0] is not None:
-                        self._response_id, self._response_request = mid, rid
+                usage(self, obj, msg, u, mid, rid)
         ev.message_id = mid if isinstance(mid, str) else None
         content = msg.get("content")
         if ev.message_id is not None and not ev.sidechain:
@@ -721,25 +711,28 @@ def project_hook(name: str, obj: dict, ts: float) -> Event | None:
 
 
 # -- usage -------------------------------------------------------------------
-def usage(obj: dict, msg: dict, u, mid, rid):
-    """The API response of an assistant record (see :mod:`exporter.usage`;
-    ``msg`` its ``message``, ``u`` that message's ``usage``, not None,
-    ``mid`` its ``id``, ``rid`` the record's ``requestId``):
+def usage(dec: FileDecoder, obj: dict, msg: dict, u, mid, rid) -> None:
+    """Hand ``dec`` (its ``usage`` list) the API response of an assistant
+    record (see :mod:`exporter.usage`; ``msg`` its ``message``, ``u`` that
+    message's ``usage``, not None, ``mid`` its ``id``, ``rid`` the record's
+    ``requestId``), and remember it as the last (its next lines, one per
+    content block with the same usage, are not read again). The response:
     ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
     ``cache_creation_input_tokens`` (its
     ``cache_creation.ephemeral_1h_input_tokens`` part priced on its own),
     keyed by ``message.id:requestId`` (every content-block line of one
     response repeats them: counted once, as ccusage does), or ``BAD``
-    (``usage`` is not an object), or None. ``model`` gets ``-fast`` for
+    (``usage`` is not an object), or nothing. ``model`` gets ``-fast`` for
     ``usage.speed: fast`` (as ccusage names it). Synthetic replies
     (``<synthetic>``) and API-error envelopes (``isApiErrorMessage``) count
     nothing (None). Claude reports no reasoning tokens of their own
     (thinking is in ``output_tokens``)."""
     model = msg.get("model")
     if model == "<synthetic>" or obj.get("isApiErrorMessage") is True:
-        return None
+        return
     if type(u) is not dict:
-        return BAD
+        dec.usage.append(BAD)
+        return
     key = f"{mid}:{rid}" if type(mid) is str and mid and type(rid) is str and rid else None
     if type(model) is not str or not model:
         model = "unknown"
@@ -751,8 +744,10 @@ def usage(obj: dict, msg: dict, u, mid, rid):
         a, b, c, d = (u.get("input_tokens"), u.get("output_tokens"), u.get("cache_read_input_tokens"),
                       u.get("cache_creation_input_tokens"))
     cc = u.get("cache_creation")
-    return (key, model, (a, b, c or 0, d or 0, 0,
-                         (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0))
+    dec.usage.append((key, model, (a, b, c or 0, d or 0, 0,
+                                   (cc.get("ephemeral_1h_input_tokens") or 0) if type(cc) is dict else 0)))
+    if key is not None:
+        dec._response_id, dec._response_request = mid, rid
 
 
 _COUNTS = operator.itemgetter("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
