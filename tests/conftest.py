@@ -77,20 +77,6 @@ def pytest_unconfigure(config):
 
 from harness import Exporter, Receiver
 
-# -- how xdist shares the suite out (pyproject: --dist loadgroup) ----------------------------------
-#: Tests that each start all they need (no module fixture): xdist hands them to the workers one by one.
-#: Every other test stays with the rest of its file on one worker (its module fixtures, such as an
-#: exporter, a Prometheus or the real agents' runs, are made once), as --dist loadfile did. With
-#: loadfile, test_case_live alone kept one worker busy for 658 of the suite's 1,006 s (one CPU busy).
-SPREAD = ("tests/test_cases.py::test_case_live", "tests/test_recordings.py::test_recording_at_its_own_pace")
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.nodeid.split("[")[0] not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(Path(item.nodeid.split("::")[0]).stem))
-
 
 @pytest.fixture(autouse=True)
 def _own_home(tmp_path_factory, monkeypatch, request):
