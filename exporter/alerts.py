@@ -111,16 +111,11 @@ def build_targets(cfg: Config) -> list[Target]:
     for i, entry in enumerate(entries):
         tags, url = _split_tags(entry)
         plugin = apprise.Apprise.instantiate(url, tag=tags or None)
-        if plugin is None:
+        why = "not an Apprise URL that this installation supports" if plugin is None else _unusable(plugin)
+        if why:
             where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
                 f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
-            problems.append(f"{where}: not an Apprise URL that this installation supports")
-            continue
-        unusable = _unusable(plugin)
-        if unusable:
-            where = f"alerts.urls[{i}]" if i < len(cfg.alerts.urls) else \
-                f"${cfg.alerts.url_env} (entry {i - len(cfg.alerts.urls) + 1})"
-            problems.append(f"{where}: {unusable}")
+            problems.append(f"{where}: {why}")
             continue
         plugins.append(plugin)
     if cfg.alerts.config_file:

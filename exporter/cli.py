@@ -278,12 +278,12 @@ def _usage_hint(rows) -> None:
     hint = usage_hint(rows)
     if hint:
         print(f"hint: {hint}", file=sys.stderr)
-    bad = sum(r["counters"].get("parse_errors", 0) for r in rows)
-    big = sum(r["counters"].get("skipped", 0) for r in rows)
+    unread = [(r["counters"].get("parse_errors", 0), r["counters"].get("skipped", 0)) for r in rows]
+    bad, big = sum(u[0] for u in unread), sum(u[1] for u in unread)
     if bad or big:
-        parts = [f"{bad:,} not valid records" if bad else "", f"{big:,} over sources.max_line_bytes" if big else ""]
-        sessions = sum(1 for r in rows if r["counters"].get("parse_errors") or r["counters"].get("skipped"))
-        print(f"hint: lines not read in {sessions} session(s): {', '.join(p for p in parts if p)} "
+        what = ", ".join(([f"{bad:,} not valid records"] if bad else []) +
+                         ([f"{big:,} over sources.max_line_bytes"] if big else []))
+        print(f"hint: lines not read in {sum(1 for u in unread if any(u))} session(s): {what} "
               "(skipped and counted; per session in `scan --json` counters)", file=sys.stderr)
 
 
