@@ -197,10 +197,11 @@ def receiver_app(alerter, cfg, metrics, secret: str | None = None, basic_auth: b
             return reply(start_response, "405 Method Not Allowed", "POST an Alertmanager notification\n", None)
         if not authorized(environ):
             summary.add("refused: no or wrong credential", level=logging.WARNING)
-            start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+            counted.labels("unauthorized").inc()  # before the status goes out: a scrape after the 401 sees it
+            body = b"credential missing or wrong (http_config.authorization.credentials_file)\n"
+            start_response("401 Unauthorized", [("Content-Type", "text/plain"), ("Content-Length", str(len(body))),
                                                 ("WWW-Authenticate", 'Bearer realm="coding-agent-exporter"')])
-            counted.labels("unauthorized").inc()
-            return [b"credential missing or wrong (http_config.authorization.credentials_file)\n"]
+            return [body]
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:

@@ -9,11 +9,16 @@ the poll found are counted (``coding_agent_poll_recoveries_total``).
 The watchdog handler never raises and does no work: it only queues paths.
 
 When the kernel refuses watches (inotify's ``fs.inotify.max_user_watches`` or
-``max_user_instances`` reached) watchdog either fails to watch a root (an
-``OSError``) or — for folders below a root — silently leaves them unwatched.
-The watcher compares the watches this process holds (``/proc/self/fdinfo``)
-with the folders the poll listed, and says in the log when file events cover
-only part of the tree and polling covers the rest.
+``max_user_instances`` reached), watchdog (7.x: one shared inotify instance,
+made at the first ``schedule``) fails to watch a root with an ``OSError`` and
+gives back the watches it had taken for that root's folders: the root is then
+polled only, said once in the log with the kernel's reason, and tried again
+every ``Watcher.RETRY_SECONDS`` (not at every poll: each try takes and gives
+back watches the user's editor may need). Folders made below a watched root
+once the limit is reached are left unwatched silently: the watcher compares
+the watches this process holds (``/proc/self/fdinfo``) with the folders the
+poll listed, and says in the log when file events cover only part of the tree
+and polling covers the rest.
 """
 
 from __future__ import annotations
@@ -146,6 +151,7 @@ class Watcher:
         self._short = 0  # consecutive checks that found fewer watches than folders
         self._partial = False
         self._retry_at = 0.0
+        self._retry_failed_at = 0.0  # when the roots the kernel refused are tried again
 
     def ensure(self) -> None:
         """Start or restart the observer and watch every existing root."""
@@ -167,9 +173,11 @@ class Watcher:
                 return
             self._observer = observer
             self._failed.discard("")
+        now = time.monotonic()
+        retry_failed = now >= self._retry_failed_at
         for _prov, root in self.roots:
             key = str(root)
-            if key in self._watched:
+            if key in self._watched or (key in self._failed and not retry_failed):
                 continue
             try:
                 ino = os.stat(key).st_ino
@@ -185,9 +193,10 @@ class Watcher:
                     log.info("watching %s for file events again", key)
             except OSError as e:
                 if key not in self._failed:
-                    log.warning("cannot watch %s for file events (%s); polling it every %g s instead", key,
-                                _why(e), self.poll_interval)
+                    log.warning("cannot watch %s for file events (%s); polling it every %g s instead, "
+                                "trying again every %g s", key, _why(e), self.poll_interval, self.RETRY_SECONDS)
                 self._failed.add(key)
+                self._retry_failed_at = now + self.RETRY_SECONDS
         self.degraded = bool(self._failed) or self._partial
 
     def check_coverage(self, folders: dict[str, int]) -> None:
