@@ -255,8 +255,17 @@ def _exporter(root: Path, receiver: Receiver) -> Exporter:
     return Exporter(root, config=TIMING, receiver=receiver)
 
 
-@pytest.mark.parametrize("name", CASE_PARAMS)
-def test_case_live(name, tmp_path):
+def live_params(*providers: str) -> list:
+    """The cases of ``providers`` (cases.json's ``provider``: claude, codex,
+    copilot, pi) as test parameters. The live replays are split by agent
+    over test_cases_live_*.py so that pytest-xdist (``--dist loadfile``)
+    gives them to different workers: one worker playing them all took 11
+    minutes of a 14-minute suite."""
+    return [pytest.param(n, id=n) for n, spec in SPEC.items() if spec.get("provider") in providers]
+
+
+def play_live(name: str, tmp_path: Path) -> None:
+    """Replay case ``name`` step by step against a new exporter (live mode)."""
     receiver = Receiver()
     exp = _exporter(tmp_path, receiver).start()
     case = Replay(name, tmp_path)
@@ -270,6 +279,15 @@ def test_case_live(name, tmp_path):
         case.close()
         exp.stop()
         receiver.close()
+
+
+def test_every_case_is_played_live():
+    """Each case's provider is one that a test_cases_live_*.py file plays
+    (a case of a new agent must get its live replay too)."""
+    played = set()
+    for f in Path(__file__).parent.glob("test_cases_live_*.py"):
+        played |= set(re.findall(r'"(\w+)"', re.search(r"live_params\(([^)]*)\)", f.read_text()).group(1)))
+    assert {spec.get("provider") for spec in SPEC.values()} <= played
 
 
 @pytest.fixture(scope="module")
